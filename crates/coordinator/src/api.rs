@@ -1,0 +1,189 @@
+//! The coordinator's public types and the [`Coordinator`] trait.
+//!
+//! Written first so that the engine can be built against it while the backends are written.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{mpsc, watch};
+
+use crate::clock::ClusterClock;
+use crate::error::CoordinatorResult;
+
+/// A node's identity: a fresh uuid v4 per process start (a restarted node is a new member).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(Arc<str>);
+
+impl NodeId {
+    /// A fresh random id.
+    pub fn random() -> Self {
+        NodeId(Arc::from(uuid::Uuid::new_v4().to_string()))
+    }
+
+    /// An id from its string form (as stored in the registry).
+    pub fn from_string(id: impl AsRef<str>) -> Self {
+        NodeId(Arc::from(id.as_ref()))
+    }
+
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", &*self.0)
+    }
+}
+
+/// Which queues a member serves.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum QueueFilter {
+    /// Every queue (the default).
+    #[default]
+    All,
+    /// Only these queues (sorted, deduplicated).
+    Only(Vec<String>),
+}
+
+impl QueueFilter {
+    /// Whether a member with this filter serves `queue`.
+    pub fn serves(&self, queue: &str) -> bool {
+        match self {
+            QueueFilter::All => true,
+            QueueFilter::Only(queues) => queues.iter().any(|q| q == queue),
+        }
+    }
+}
+
+/// A live member of the cluster, as every node sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Member {
+    /// Its id.
+    pub id: NodeId,
+    /// The queues it serves: partitions of other queues are never assigned to it.
+    pub queues: QueueFilter,
+}
+
+/// One view of the cluster: the epoch and the live members, sorted by id.
+///
+/// Every node that sees the same epoch sees the same members, and so computes the same
+/// partition assignment.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Membership {
+    /// Bumped once per membership change (join, leave, death).
+    pub epoch: u64,
+    /// The live members, sorted by id.
+    pub members: Vec<Member>,
+}
+
+impl Membership {
+    /// Whether `node` is a member.
+    pub fn contains(&self, node: &NodeId) -> bool {
+        self.members.iter().any(|member| &member.id == node)
+    }
+}
+
+/// What a node tells about itself when it registers; `delayq nodes` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// The node's id.
+    pub id: NodeId,
+    /// Its name (from the config, or the host name).
+    pub name: String,
+    /// The host it runs on.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// The delayq version it runs.
+    pub version: String,
+    /// When it started, in cluster milliseconds.
+    pub started_ms: u64,
+    /// When it last refreshed its heartbeat, in cluster milliseconds.
+    pub last_heartbeat_ms: u64,
+    /// The queues it serves.
+    pub queues: QueueFilter,
+}
+
+/// A nudge to the owner of a partition: a task due at `due_ms` was just scheduled there, and
+/// may be due before the owner's next periodic pull.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wakeup {
+    /// The queue.
+    pub queue: String,
+    /// The partition.
+    pub partition: u32,
+    /// The earliest due time scheduled.
+    pub due_ms: u64,
+}
+
+/// Settings of a coordinator (the `node:` section of cluster.yaml plus the key prefix).
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    /// Prefix of every key (`<prefix>:{cluster}:...`).
+    pub key_prefix: String,
+    /// This node's name (non-empty).
+    pub node_name: String,
+    /// How often the heartbeat is refreshed.
+    pub heartbeat_period: Duration,
+    /// How long a heartbeat lives; must be larger than the period.
+    pub heartbeat_ttl: Duration,
+    /// How long `join` keeps retrying an unreachable Redis before it gives up.
+    pub start_timeout: Duration,
+    /// The queues this node serves.
+    pub queues: QueueFilter,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            key_prefix: "delayq".to_owned(),
+            node_name: "delayq".to_owned(),
+            heartbeat_period: Duration::from_secs(1),
+            heartbeat_ttl: Duration::from_secs(3),
+            start_timeout: Duration::from_secs(10),
+            queues: QueueFilter::All,
+        }
+    }
+}
+
+/// A node's view of the cluster: who is alive, what time it is, and a channel to wake the
+/// owner of a partition.
+///
+/// A joined coordinator heartbeats in the background until [`Coordinator::leave`] (or until
+/// it is dropped, which stops the heartbeat without leaving: the others see it die after the
+/// TTL, which is how tests simulate a crash).
+#[async_trait]
+pub trait Coordinator: Send + Sync + 'static {
+    /// This node's id. An observer (a producer that is not a member) has one too, but it never
+    /// appears in the membership.
+    fn node_id(&self) -> &NodeId;
+
+    /// The current membership, updated on announcements at once and by a periodic re-read.
+    fn membership(&self) -> watch::Receiver<Membership>;
+
+    /// The cluster clock (Redis `TIME` as an offset from the local clock).
+    fn clock(&self) -> Arc<ClusterClock>;
+
+    /// The wake-ups sent to this node. Can be taken once; later calls return `None`.
+    fn take_wakeups(&self) -> Option<mpsc::UnboundedReceiver<Wakeup>>;
+
+    /// Sends a wake-up to `node` (best effort: the periodic pull is the safety net).
+    async fn wake(&self, node: &NodeId, wakeup: Wakeup) -> CoordinatorResult<()>;
+
+    /// The registered nodes with their info, sorted by id.
+    async fn nodes(&self) -> CoordinatorResult<Vec<NodeInfo>>;
+
+    /// Leaves the cluster at once (graceful shutdown): removes this node, bumps the epoch,
+    /// announces the change and stops the heartbeat. Idempotent.
+    async fn leave(&self) -> CoordinatorResult<()>;
+}

@@ -1,0 +1,188 @@
+//! The cluster clock: Redis `TIME` tracked as an offset from the local clock.
+//!
+//! Each sample is taken around one round trip to Redis: `local_before`, the server's time,
+//! `local_after`. Assuming the reply was stamped half-way, the offset is
+//! `server - (local_before + rtt / 2)`, good to within `rtt / 2`. The estimator keeps the
+//! samples of a recent window and uses the one with the smallest round trip (NTP's
+//! "minimum delay" filter): a sample delayed by a busy network or scheduler is simply not
+//! chosen.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+/// The machine's own clock, in milliseconds since the epoch. Tests substitute a skewed or
+/// manual one.
+pub trait LocalClock: Send + Sync + 'static {
+    /// Now, in milliseconds since the Unix epoch, according to this machine.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl LocalClock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
+
+/// The system clock shifted by a fixed amount: a machine whose clock is wrong.
+#[derive(Debug, Clone, Copy)]
+pub struct SkewedClock {
+    /// Milliseconds added to the system clock (negative: behind).
+    pub skew_ms: i64,
+}
+
+impl LocalClock for SkewedClock {
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms().saturating_add_signed(self.skew_ms)
+    }
+}
+
+/// A clock that only moves when told to (for the memory backend's tests).
+#[derive(Debug, Default)]
+pub struct ManualClock {
+    now_ms: std::sync::atomic::AtomicU64,
+}
+
+impl ManualClock {
+    /// A clock standing at `now_ms`.
+    pub fn new(now_ms: u64) -> Self {
+        ManualClock {
+            now_ms: std::sync::atomic::AtomicU64::new(now_ms),
+        }
+    }
+
+    /// Moves the clock forward by `ms`.
+    pub fn advance(&self, ms: u64) {
+        self.now_ms.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    /// Sets the clock.
+    pub fn set(&self, now_ms: u64) {
+        self.now_ms.store(now_ms, Ordering::SeqCst);
+    }
+}
+
+impl LocalClock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.now_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// One measurement of the server's time against the local clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    /// Local time just before the request was sent.
+    pub local_before_ms: u64,
+    /// The server's time from its reply.
+    pub server_ms: u64,
+    /// Local time just after the reply arrived.
+    pub local_after_ms: u64,
+}
+
+impl ClockSample {
+    fn round_trip_ms(&self) -> u64 {
+        self.local_after_ms.saturating_sub(self.local_before_ms)
+    }
+
+    fn offset_ms(&self) -> i64 {
+        let midpoint = self.local_before_ms as i64 + (self.round_trip_ms() as i64) / 2;
+        self.server_ms as i64 - midpoint
+    }
+}
+
+/// How many recent samples the estimator chooses from.
+const SAMPLE_WINDOW: usize = 16;
+
+/// The cluster clock shared by every part of a node. Cheap to read from any thread.
+pub struct ClusterClock {
+    local: Arc<dyn LocalClock>,
+    offset_ms: AtomicI64,
+    samples: Mutex<VecDeque<ClockSample>>,
+}
+
+impl std::fmt::Debug for ClusterClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClock")
+            .field("offset_ms", &self.offset_ms())
+            .finish()
+    }
+}
+
+impl ClusterClock {
+    /// A clock over `local` with no offset yet (until the first sample).
+    pub fn new(local: Arc<dyn LocalClock>) -> Self {
+        ClusterClock {
+            local,
+            offset_ms: AtomicI64::new(0),
+            samples: Mutex::new(VecDeque::with_capacity(SAMPLE_WINDOW)),
+        }
+    }
+
+    /// A clock that is the system clock (offset 0 until samples say otherwise).
+    pub fn system() -> Self {
+        Self::new(Arc::new(SystemClock))
+    }
+
+    /// Local time, in milliseconds, from the underlying local clock.
+    pub fn local_now_ms(&self) -> u64 {
+        self.local.now_ms()
+    }
+
+    /// Now on the cluster clock, in milliseconds since the epoch.
+    pub fn now_ms(&self) -> u64 {
+        self.local
+            .now_ms()
+            .saturating_add_signed(self.offset_ms.load(Ordering::Relaxed))
+    }
+
+    /// The current estimate of `cluster - local`, in milliseconds.
+    pub fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// Adds a sample and re-estimates the offset from the window's smallest round trip.
+    pub fn record(&self, sample: ClockSample) {
+        let mut samples = self.samples.lock();
+        if samples.len() == SAMPLE_WINDOW {
+            samples.pop_front();
+        }
+        samples.push_back(sample);
+        if let Some(best) = samples.iter().min_by_key(|s| s.round_trip_ms()) {
+            self.offset_ms.store(best.offset_ms(), Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offset_comes_from_the_fastest_round_trip() {
+        let local = Arc::new(ManualClock::new(1_000));
+        let clock = ClusterClock::new(local.clone());
+        // Server is 5 s ahead; a slow sample with an asymmetric delay would say 5,040.
+        clock.record(ClockSample {
+            local_before_ms: 1_000,
+            server_ms: 6_080,
+            local_after_ms: 1_100,
+        });
+        clock.record(ClockSample {
+            local_before_ms: 2_000,
+            server_ms: 7_001,
+            local_after_ms: 2_002,
+        });
+        assert_eq!(clock.offset_ms(), 5_000);
+        assert_eq!(clock.now_ms(), 6_000);
+    }
+}

@@ -1,0 +1,126 @@
+//! Typed errors of the task store.
+
+/// Everything a [`TaskStore`](crate::TaskStore) operation can fail with.
+///
+/// Input errors name the field and the value; backend errors say whether retrying can help
+/// ([`StorageError::is_transient`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A queue name outside 1..=64 characters of `[A-Za-z0-9_.-]`.
+    #[error("invalid queue name {name:?}: {reason}")]
+    InvalidQueueName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An empty task id, or one longer than 512 bytes.
+    #[error("invalid task id {id:?}: {reason}")]
+    InvalidTaskId {
+        /// The id given (shortened when long).
+        id: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A due time beyond the year 9999.
+    #[error("invalid due time {due_ms} ms: it is beyond the year 9999")]
+    InvalidDue {
+        /// The due time given.
+        due_ms: u64,
+    },
+    /// A payload larger than `max_payload`; nothing was stored.
+    #[error("payload of task {id:?} is {size} bytes, more than max_payload ({max} bytes)")]
+    PayloadTooLarge {
+        /// The task's id.
+        id: String,
+        /// The payload's size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A partition index outside `0..partitions` of its queue.
+    #[error("partition {index} of queue {queue:?} does not exist (the queue has {partitions})")]
+    NoSuchPartition {
+        /// The queue.
+        queue: String,
+        /// The index given.
+        index: u32,
+        /// The number of partitions the queue has.
+        partitions: u32,
+    },
+    /// The queue was first used with another number of partitions.
+    #[error("queue {queue:?} has {recorded} partitions in the store, but {configured} are configured; use {recorded} (changing it would misroute tasks)")]
+    PartitionMismatch {
+        /// The queue.
+        queue: String,
+        /// The number configured here.
+        configured: u32,
+        /// The number recorded in the store.
+        recorded: u32,
+    },
+    /// An invalid partition count (0 or more than 65536).
+    #[error("invalid partition count {partitions} for queue {queue:?}: it must be 1..=65536")]
+    InvalidPartitionCount {
+        /// The queue.
+        queue: String,
+        /// The count given.
+        partitions: u32,
+    },
+    /// The lease behind a token is no longer held: it expired and the task went back to
+    /// pending or was claimed again. Nothing was changed.
+    #[error("stale lease on task {id:?} in {partition}: the task was requeued or claimed again")]
+    StaleLease {
+        /// The task's partition, as `queue:index`.
+        partition: String,
+        /// The task's id.
+        id: String,
+    },
+    /// A record in the store could not be decoded.
+    #[error("corrupt record at {key} field {field:?}: {reason}")]
+    CorruptRecord {
+        /// The Redis key (or the memory store's name for it).
+        key: String,
+        /// The hash field (the task id).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The connection to the backend is down or was lost during the operation; the
+    /// operation may or may not have been applied.
+    #[error("connection to the store lost during {operation}: {message}")]
+    ConnectionLost {
+        /// The operation that failed.
+        operation: &'static str,
+        /// The backend's message.
+        message: String,
+    },
+    /// The backend did not answer in time; the operation may or may not have been applied.
+    #[error("the store did not answer {operation} in time: {message}")]
+    Timeout {
+        /// The operation that timed out.
+        operation: &'static str,
+        /// The backend's message.
+        message: String,
+    },
+    /// The backend refused the operation for another reason.
+    #[error("the store failed {operation}: {message}")]
+    Backend {
+        /// The operation that failed.
+        operation: &'static str,
+        /// The backend's message.
+        message: String,
+    },
+}
+
+impl StorageError {
+    /// Whether retrying the same operation later can succeed (connection lost, timeout).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StorageError::ConnectionLost { .. } | StorageError::Timeout { .. }
+        )
+    }
+}
+
+/// `Result` with [`StorageError`].
+pub type StorageResult<T> = Result<T, StorageError>;

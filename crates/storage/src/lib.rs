@@ -1,0 +1,36 @@
+//! # delayq-storage
+//!
+//! The task store of delayq: the [`TaskStore`] trait and its two backends, Redis
+//! ([`RedisStore`], with atomic Lua scripts) and memory ([`MemoryStore`], the in-process
+//! twin held to the same conformance suite).
+//!
+//! ```
+//! use delayq_storage::{MemoryStore, NewTask, Partition, QueueName, ScheduleMode, TaskId, TaskStore};
+//! # async fn demo() -> Result<(), delayq_storage::StorageError> {
+//! let store = MemoryStore::new(Default::default());
+//! let queue = QueueName::new("order-timeout")?;
+//! store.register_queue(&queue, 4).await?;
+//! let id = TaskId::new("order-42")?;
+//! let partition = Partition::new(queue, delayq_storage::partition_of(&id, 4));
+//! let task = NewTask { id, due_ms: 1_700_000_000_000, payload: "cancel".into() };
+//! store.schedule(&partition, task, ScheduleMode::Upsert).await?;
+//! let batch = store.claim_due(&partition, 1_700_000_000_000, 10, 1_700_000_030_000, "node-a").await?;
+//! assert_eq!(batch.tasks.len(), 1);
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod error;
+mod hash;
+mod memory;
+mod model;
+mod redis;
+mod store;
+
+pub use error::{StorageError, StorageResult};
+pub use hash::{partition_of, stable_hash};
+pub use memory::MemoryStore;
+pub use model::*;
+pub use redis::{RedisStore, RedisStoreOptions};
+pub use store::{ItemResult, TaskStore};

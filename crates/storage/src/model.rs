@@ -1,0 +1,437 @@
+//! The data model: validated names, tasks as they go in and come out, outcomes.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::error::StorageError;
+
+/// The largest due time accepted: 9999-12-31T23:59:59.999Z in milliseconds since the epoch.
+pub const MAX_DUE_MS: u64 = 253_402_300_799_999;
+
+/// The longest task id, in bytes of UTF-8.
+pub const MAX_ID_BYTES: usize = 512;
+
+/// The longest queue name, in characters.
+pub const MAX_QUEUE_NAME_CHARS: usize = 64;
+
+/// The default largest payload: 1 MiB.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// A queue name: 1..=64 characters of `[A-Za-z0-9_.-]`.
+///
+/// The character set keeps names safe inside Redis keys and hash tags (no `{`, `}` or `:`).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueName(Arc<str>);
+
+impl QueueName {
+    /// Validates `name`.
+    ///
+    /// ```
+    /// use delayq_storage::QueueName;
+    /// assert!(QueueName::new("order-timeout").is_ok());
+    /// assert!(QueueName::new("bad:name").is_err());
+    /// ```
+    pub fn new(name: impl AsRef<str>) -> Result<Self, StorageError> {
+        let name = name.as_ref();
+        let invalid = |reason: &'static str| StorageError::InvalidQueueName {
+            name: name.to_owned(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(invalid("it is empty"));
+        }
+        if name.chars().count() > MAX_QUEUE_NAME_CHARS {
+            return Err(invalid("it is longer than 64 characters"));
+        }
+        if !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        {
+            return Err(invalid("only A-Z, a-z, 0-9, '_', '.' and '-' are allowed"));
+        }
+        Ok(QueueName(Arc::from(name)))
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for QueueName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", &*self.0)
+    }
+}
+
+/// A task's identity inside its queue: 1..=512 bytes of UTF-8.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskId(Arc<str>);
+
+impl TaskId {
+    /// Validates `id`.
+    ///
+    /// ```
+    /// use delayq_storage::TaskId;
+    /// assert!(TaskId::new("order-42").is_ok());
+    /// assert!(TaskId::new("").is_err());
+    /// ```
+    pub fn new(id: impl AsRef<str>) -> Result<Self, StorageError> {
+        let id = id.as_ref();
+        if id.is_empty() {
+            return Err(StorageError::InvalidTaskId {
+                id: String::new(),
+                reason: "it is empty",
+            });
+        }
+        if id.len() > MAX_ID_BYTES {
+            return Err(StorageError::InvalidTaskId {
+                id: preview(id),
+                reason: "it is longer than 512 bytes",
+            });
+        }
+        Ok(TaskId(Arc::from(id)))
+    }
+
+    /// The id as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn preview(id: &str) -> String {
+    let mut end = 40.min(id.len());
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &id[..end], id.len())
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", &*self.0)
+    }
+}
+
+/// Checks that a due time is representable (not beyond year 9999).
+pub fn validate_due(due_ms: u64) -> Result<u64, StorageError> {
+    if due_ms > MAX_DUE_MS {
+        Err(StorageError::InvalidDue { due_ms })
+    } else {
+        Ok(due_ms)
+    }
+}
+
+/// One partition of a queue: the unit of ownership, of prefetching and of atomicity
+/// (all of a partition's keys share one Redis Cluster hash slot).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct Partition {
+    /// The queue.
+    pub queue: QueueName,
+    /// The partition's index, `0..partitions`.
+    pub index: u32,
+}
+
+impl Partition {
+    /// The partition `index` of `queue`.
+    pub fn new(queue: QueueName, index: u32) -> Self {
+        Partition { queue, index }
+    }
+}
+
+impl fmt::Display for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.queue, self.index)
+    }
+}
+
+/// A task as a producer schedules it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewTask {
+    /// The task's id inside its queue.
+    pub id: TaskId,
+    /// When it is due, in milliseconds since the epoch on the cluster clock.
+    pub due_ms: u64,
+    /// Opaque bytes handed to the handler.
+    pub payload: Bytes,
+}
+
+/// What `schedule` does when the id already names a live task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ScheduleMode {
+    /// Replace the existing task (its due, payload and attempt count); the default, and how a
+    /// heartbeat pushes a deadline forward.
+    #[default]
+    Upsert,
+    /// Leave an existing pending, in-flight or dead task alone and report it as
+    /// [`ScheduleOutcome::Kept`].
+    IfAbsent,
+}
+
+/// What `schedule` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduleOutcome {
+    /// No live task had this id; a new pending task was stored.
+    Created,
+    /// A live task (pending, in flight or dead) had this id and was replaced.
+    Replaced {
+        /// The due time of the task that was replaced.
+        previous_due_ms: u64,
+    },
+    /// The same id with the same due already fired within the executed retention; nothing
+    /// was stored.
+    Duplicate,
+    /// [`ScheduleMode::IfAbsent`] found a live task; it was left alone.
+    Kept {
+        /// The due time of the task that was kept.
+        due_ms: u64,
+    },
+}
+
+impl ScheduleOutcome {
+    /// Whether a live task was replaced.
+    pub fn replaced(&self) -> bool {
+        matches!(self, ScheduleOutcome::Replaced { .. })
+    }
+
+    /// Whether the schedule was a duplicate of one that already fired.
+    pub fn duplicate(&self) -> bool {
+        matches!(self, ScheduleOutcome::Duplicate)
+    }
+}
+
+/// Proof that a claimer holds a task's lease: a fencing token.
+///
+/// `claim` is unique per claim of the task, so a token from an earlier claim (a lease that
+/// expired and was claimed again) is rejected by `ack`, `fail` and `renew`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LeaseToken {
+    /// The task's partition.
+    pub partition: Partition,
+    /// The task's id.
+    pub id: TaskId,
+    /// The generation of the task that was claimed.
+    pub generation: u64,
+    /// The fencing number of this claim.
+    pub claim: u64,
+}
+
+/// A task moved to in-flight by `claim_due`, ready for its handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimedTask {
+    /// The task's id.
+    pub id: TaskId,
+    /// The due time it was claimed for.
+    pub due_ms: u64,
+    /// 1 on the first delivery, +1 on each retry (a lease expiry does not count).
+    pub attempt: u32,
+    /// Bumped each time the id is scheduled; `(queue, id, generation)` is an idempotency key.
+    pub generation: u64,
+    /// The payload.
+    pub payload: Bytes,
+    /// The lease's fencing token, for `ack`, `fail` and `renew`.
+    pub token: LeaseToken,
+}
+
+/// The result of `claim_due`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimBatch {
+    /// The tasks now in flight, in due order.
+    pub tasks: Vec<ClaimedTask>,
+    /// The earliest due time still pending in the partition after the claim, if any.
+    pub next_due_ms: Option<u64>,
+}
+
+/// What `ack` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// The task was removed and recorded in the executed-set.
+    Completed,
+    /// The task was cancelled or scheduled again while its handler ran: the in-flight entry
+    /// was dropped and the new schedule (if any) stands.
+    Superseded,
+}
+
+/// What to do with a task whose handler failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailAction {
+    /// Pending again at this time, with the attempt count increased by one.
+    RetryAt(u64),
+    /// Move it to the dead letters.
+    DeadLetter,
+}
+
+/// What `fail` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailOutcome {
+    /// Pending again.
+    Retrying {
+        /// The attempt number of the next delivery.
+        attempt: u32,
+        /// When it is due again.
+        due_ms: u64,
+    },
+    /// Dead-lettered.
+    DeadLettered,
+    /// The task was cancelled or scheduled again while its handler ran; the new schedule
+    /// stands and the failure is not recorded.
+    Superseded,
+}
+
+/// Where a task is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    /// Waiting for its due time (or due and not yet claimed).
+    Pending,
+    /// Claimed; a handler runs it under a lease.
+    Inflight,
+    /// Attempts exhausted.
+    Dead,
+    /// Completed, retained for dedup for `executed_retention`.
+    Done,
+}
+
+impl TaskState {
+    /// `pending`, `inflight`, `dead` or `done`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Inflight => "inflight",
+            TaskState::Dead => "dead",
+            TaskState::Done => "done",
+        }
+    }
+}
+
+/// A task as `get` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskInfo {
+    /// The task's id.
+    pub id: TaskId,
+    /// Where it is.
+    pub state: TaskState,
+    /// Its due time (for `Done`: the due that fired).
+    pub due_ms: u64,
+    /// The attempt of the next (pending), current (in flight) or last (dead, done) delivery.
+    pub attempt: u32,
+    /// Its generation.
+    pub generation: u64,
+    /// The payload (empty for `Done`: completed tasks keep only what dedup needs).
+    pub payload: Bytes,
+    /// The last handler error, if an attempt failed.
+    pub last_error: Option<String>,
+    /// In flight: when the lease runs out. Dead: when it died. Done: when it completed.
+    pub state_since_ms: Option<u64>,
+}
+
+/// A dead letter as `list_dead` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadTask {
+    /// The task's id.
+    pub id: TaskId,
+    /// The due time of its last attempt.
+    pub due_ms: u64,
+    /// The number of attempts made.
+    pub attempt: u32,
+    /// When it was dead-lettered.
+    pub failed_ms: u64,
+    /// The last handler error.
+    pub last_error: Option<String>,
+    /// The payload.
+    pub payload: Bytes,
+}
+
+/// Counts for one partition; add them up for a queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    /// Pending tasks (due now or later).
+    pub pending: u64,
+    /// Pending tasks with `due <= now`.
+    pub due_now: u64,
+    /// Tasks in flight.
+    pub inflight: u64,
+    /// Dead letters.
+    pub dead: u64,
+    /// Completed tasks retained for dedup.
+    pub done: u64,
+}
+
+impl std::ops::AddAssign for PartitionStats {
+    fn add_assign(&mut self, other: Self) {
+        self.pending += other.pending;
+        self.due_now += other.due_now;
+        self.inflight += other.inflight;
+        self.dead += other.dead;
+        self.done += other.done;
+    }
+}
+
+/// Limits and retention shared by every backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The largest payload accepted, in bytes (default 1 MiB).
+    pub max_payload: usize,
+    /// How long a completed `(id, due)` is kept for dedup, in milliseconds (default 1 h).
+    pub executed_retention_ms: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            executed_retention_ms: 3_600_000,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_follow_the_design() {
+        assert!(QueueName::new("a").is_ok());
+        assert!(QueueName::new("A-z_0.9").is_ok());
+        assert!(QueueName::new("x".repeat(64)).is_ok());
+        for bad in ["", "a{b", "a}b", "a:b", "a b", "é", "queue/1"] {
+            let error = QueueName::new(bad).expect_err(bad);
+            assert!(
+                matches!(error, StorageError::InvalidQueueName { ref name, .. } if name == bad),
+                "{error}"
+            );
+        }
+        assert!(QueueName::new("x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn task_ids_are_1_to_512_bytes() {
+        assert!(TaskId::new("x".repeat(512)).is_ok());
+        assert!(TaskId::new("é".repeat(256)).is_ok());
+        let error = TaskId::new("é".repeat(257)).expect_err("514 bytes");
+        assert!(error.to_string().contains("512"), "{error}");
+        assert!(TaskId::new("").is_err());
+    }
+
+    #[test]
+    fn due_beyond_year_9999_is_rejected() {
+        assert!(validate_due(MAX_DUE_MS).is_ok());
+        assert!(matches!(
+            validate_due(MAX_DUE_MS + 1),
+            Err(StorageError::InvalidDue { .. })
+        ));
+    }
+}

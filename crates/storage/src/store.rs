@@ -1,0 +1,161 @@
+//! The [`TaskStore`] trait: what every backend offers, with the semantics of DESIGN.md.
+
+use async_trait::async_trait;
+
+use crate::error::StorageResult;
+use crate::model::{
+    AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask, Partition,
+    PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
+};
+
+/// The outcome of one item of [`TaskStore::schedule_many`], in the order given.
+pub type ItemResult = StorageResult<ScheduleOutcome>;
+
+/// A task store: the pending, in-flight, done and dead tasks of every queue partition.
+///
+/// # Why a trait object
+/// The trait is object-safe (through `async_trait`) so that the engine, the command line and
+/// tests hold an `Arc<dyn TaskStore>` and choose the Redis or the memory backend at run time
+/// (`delayq demo` vs `delayq node`) without making every type generic. The price, one boxed
+/// future per call, is noise next to a network round trip.
+///
+/// # Time
+/// Due times, `now` and lease deadlines are milliseconds since the Unix epoch on the cluster
+/// clock, passed in by the caller. The only times a backend takes itself are `completed_ms`
+/// and `failed_ms` stamps and the age check of dedup (the Redis backend reads Redis `TIME`,
+/// which *is* the cluster clock; the memory backend reads its own clock).
+///
+/// # Life of a task
+/// ```text
+///  schedule ──> pending ──claim_due──> inflight ──ack──> done (retained, payload dropped)
+///                  ^  ^                  │  │
+///                  │  └── requeue_expired┘  └─fail(RetryAt)──> pending (attempt + 1)
+///                  │      (lease ran out,     fail(DeadLetter)─> dead ──retry_dead──┐
+///                  │       same attempt)                                            │
+///                  └────────────────────────────────────────────────────────────────┘
+/// ```
+/// `cancel` removes a pending, in-flight or dead task. Scheduling an id again replaces
+/// whatever live task it names (upsert) and bumps its generation; if that task was in flight,
+/// its handler's `ack`/`fail` reports `Superseded` and the new schedule stands.
+#[async_trait]
+pub trait TaskStore: Send + Sync + 'static {
+    /// Records the number of partitions of `queue` the first time it is used and returns it;
+    /// afterwards fails with `PartitionMismatch` when `partitions` differs from the record.
+    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32>;
+
+    /// The queues the store knows, with their partition counts, sorted by name.
+    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>>;
+
+    /// Schedules one task in `partition` (which must be `partition_of(task.id, partitions)`;
+    /// the caller routes).
+    ///
+    /// - Upsert: a live task with the same id is replaced (due, payload, attempt back to 1,
+    ///   generation + 1).
+    /// - IfAbsent: a live task with the same id is kept and reported.
+    /// - Dedup: if the id completed within the executed retention *with the same due*, nothing
+    ///   is stored and `Duplicate` is returned; a different due re-arms the id.
+    ///
+    /// Fails with `PayloadTooLarge` or `InvalidDue` before anything is written.
+    async fn schedule(
+        &self,
+        partition: &Partition,
+        task: NewTask,
+        mode: ScheduleMode,
+    ) -> StorageResult<ScheduleOutcome>;
+
+    /// Schedules many tasks in pipelined batches (the bulk-load path). The result has one entry
+    /// per item, in order: an invalid item fails alone and the others are stored; when the
+    /// connection is lost mid-batch, the items whose fate is unknown carry the error (retrying
+    /// them is safe: a schedule is an upsert).
+    async fn schedule_many(
+        &self,
+        items: Vec<(Partition, NewTask)>,
+        mode: ScheduleMode,
+    ) -> StorageResult<Vec<ItemResult>>;
+
+    /// Removes a pending, in-flight or dead task. Returns whether one was removed. A handler
+    /// already running is not interrupted; its `ack` reports `Superseded`.
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool>;
+
+    /// The task with this id: pending, in flight, dead, or done within the retention.
+    async fn get(&self, partition: &Partition, id: &TaskId) -> StorageResult<Option<TaskInfo>>;
+
+    /// Atomically moves up to `limit` pending tasks with `due <= now_ms` (oldest due first) to
+    /// in-flight with the given lease deadline, and returns them with their payloads and fresh
+    /// fencing tokens, plus the earliest due still pending. Concurrent claimers never receive
+    /// the same task.
+    async fn claim_due(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+        lease_deadline_ms: u64,
+        owner: &str,
+    ) -> StorageResult<ClaimBatch>;
+
+    /// The `(id, due)` pairs of up to `limit` pending tasks with `from_ms <= due <= to_ms`,
+    /// in due order, for prefetching. Reads only; claims nothing.
+    async fn peek_window(
+        &self,
+        partition: &Partition,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>>;
+
+    /// The handler succeeded: removes the task and records `(id, due)` in the executed-set,
+    /// unless it was cancelled or scheduled again meanwhile (`Superseded`). A stale token
+    /// fails with `StaleLease` and changes nothing.
+    async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome>;
+
+    /// The handler failed: keep `error` as the task's last error and either make it pending
+    /// again at the given time with attempt + 1, or dead-letter it. A stale token fails with
+    /// `StaleLease` and changes nothing.
+    async fn fail(
+        &self,
+        token: &LeaseToken,
+        error: &str,
+        action: FailAction,
+    ) -> StorageResult<FailOutcome>;
+
+    /// Extends the lease of a running task. A stale token fails with `StaleLease`.
+    async fn renew(&self, token: &LeaseToken, lease_deadline_ms: u64) -> StorageResult<()>;
+
+    /// Puts back up to `limit` in-flight tasks whose lease ran out before `now_ms` as pending,
+    /// due at once, *without* spending an attempt (a crashed node is not the task's fault).
+    /// Returns the ids put back.
+    async fn requeue_expired(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<TaskId>>;
+
+    /// Forgets up to `limit` completed tasks that completed before `older_than_ms`. Returns how
+    /// many were pruned.
+    async fn prune_done(
+        &self,
+        partition: &Partition,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> StorageResult<u64>;
+
+    /// Counts for one partition (`due_now` counts pending tasks with `due <= now_ms`).
+    async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats>;
+
+    /// Up to `limit` dead letters of a partition, oldest first.
+    async fn list_dead(&self, partition: &Partition, limit: usize)
+        -> StorageResult<Vec<DeadTask>>;
+
+    /// Makes a dead letter pending again at `due_ms` with attempt 1. Returns whether it was
+    /// dead.
+    async fn retry_dead(
+        &self,
+        partition: &Partition,
+        id: &TaskId,
+        due_ms: u64,
+    ) -> StorageResult<bool>;
+
+    /// Deletes dead letters: one id, or all of the partition with `None`. Returns how many.
+    async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64>;
+}
