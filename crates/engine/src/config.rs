@@ -1,0 +1,1 @@
+//! Placeholder: configuration types are being written.
