@@ -1,9 +1,0 @@
-//! Placeholder: the in-memory coordinator is being written.
-
-/// A shared in-process cluster hub.
-#[derive(Debug, Default)]
-pub struct MemoryCluster;
-
-/// A coordinator on a [`MemoryCluster`].
-#[derive(Debug)]
-pub struct MemoryCoordinator;

@@ -1,0 +1,195 @@
+//! Running one claimed task: the handler under a timeout with its panic caught, the lease
+//! renewed while it runs, then ack, retry with backoff, or dead-letter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use delayq_storage::{ClaimedTask, FailAction, FailOutcome, LeaseToken, StorageError};
+use rand::Rng;
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+use crate::health::RetryBackoff;
+use crate::runtime::{next_run_number, QueueRuntime, RunningTask, Runtime};
+use crate::task::Task;
+
+/// Starts running `claimed` on the queue's handler; `slot` is held until it settles.
+pub(crate) fn spawn_execution(
+    runtime: Arc<Runtime>,
+    queue: Arc<QueueRuntime>,
+    claimed: ClaimedTask,
+    slot: OwnedSemaphorePermit,
+) {
+    let span = tracing::info_span!(
+        "task",
+        queue = %queue.name,
+        id = %claimed.id,
+        attempt = claimed.attempt,
+        generation = claimed.generation,
+    );
+    let executions = runtime.executions.clone();
+    executions.spawn(execute(runtime, queue, claimed, slot).instrument(span));
+}
+
+/// How a handler run ended.
+enum RunOutcome {
+    Succeeded,
+    Failed(String),
+    /// Aborted by shutdown or a simulated crash: nothing to settle here.
+    Aborted,
+}
+
+async fn execute(
+    runtime: Arc<Runtime>,
+    queue: Arc<QueueRuntime>,
+    claimed: ClaimedTask,
+    slot: OwnedSemaphorePermit,
+) {
+    let _slot = slot;
+    let token = claimed.token.clone();
+    let task = Task {
+        queue: queue.name.as_str().to_owned(),
+        id: claimed.id.as_str().to_owned(),
+        due_ms: claimed.due_ms,
+        fired_ms: runtime.clock.now_ms(),
+        attempt: claimed.attempt,
+        generation: claimed.generation,
+        payload: claimed.payload.clone(),
+        node: runtime.node_id().to_owned(),
+    };
+    tracing::debug!(lateness_ms = task.fired_ms.saturating_sub(task.due_ms), "firing");
+    let handler = queue.handler.clone();
+    // The handler runs as its own task: a panic ends that task only, and shows up here as a
+    // JoinError; a timeout aborts it.
+    let handle = tokio::spawn(async move { handler.handle(task).await });
+    let run = next_run_number(&runtime);
+    runtime.running.lock().insert(
+        run,
+        RunningTask {
+            token: token.clone(),
+            abort: handle.abort_handle(),
+        },
+    );
+    let renewal = tokio::spawn(renew_lease(runtime.clone(), token.clone()));
+    let timeout = queue.settings.timeout;
+    let abort = handle.abort_handle();
+    let outcome = match tokio::time::timeout(timeout, handle).await {
+        Ok(Ok(Ok(()))) => RunOutcome::Succeeded,
+        Ok(Ok(Err(error))) => RunOutcome::Failed(error.to_string()),
+        Ok(Err(join)) if join.is_panic() => {
+            RunOutcome::Failed(format!("handler panicked: {}", panic_message(join)))
+        }
+        Ok(Err(_)) => RunOutcome::Aborted,
+        Err(_) => {
+            abort.abort();
+            RunOutcome::Failed(format!(
+                "handler timed out after {}",
+                humantime::format_duration(timeout)
+            ))
+        }
+    };
+    renewal.abort();
+    // Shutdown may have released the task already; then it is not ours to settle.
+    if runtime.running.lock().remove(&run).is_none() {
+        return;
+    }
+    match outcome {
+        RunOutcome::Succeeded => settle_success(&runtime, &token).await,
+        RunOutcome::Failed(error) => settle_failure(&runtime, &queue, &claimed, &error).await,
+        RunOutcome::Aborted => {}
+    }
+}
+
+fn panic_message(join: tokio::task::JoinError) -> String {
+    let panic = join.into_panic();
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a non-string panic payload".to_owned()
+    }
+}
+
+/// Extends the lease every third of its length while the handler runs.
+async fn renew_lease(runtime: Arc<Runtime>, token: LeaseToken) {
+    let lease = runtime.config.engine.lease;
+    let every = (lease / 3).max(Duration::from_millis(10));
+    loop {
+        tokio::time::sleep(every).await;
+        let deadline = runtime.clock.now_ms() + lease.as_millis() as u64;
+        match runtime.store.renew(&token, deadline).await {
+            Ok(()) => runtime.health.ok(),
+            Err(StorageError::StaleLease { .. }) => {
+                tracing::warn!("lease lost while the handler runs; the task may be delivered again");
+                return;
+            }
+            Err(error) => runtime.health.failed("renew", &error),
+        }
+    }
+}
+
+/// Keeps retrying a settling call on transient errors until the lease would have run out
+/// anyway (after that another node may already have taken the task back).
+async fn with_retries<T, F, Fut>(runtime: &Runtime, operation: &'static str, mut call: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StorageError>>,
+{
+    let give_up_at = runtime.clock.now_ms() + runtime.config.engine.lease.as_millis() as u64;
+    let mut backoff = RetryBackoff::new();
+    loop {
+        match call().await {
+            Ok(value) => {
+                runtime.health.ok();
+                return Some(value);
+            }
+            Err(StorageError::StaleLease { .. }) => {
+                tracing::warn!(operation, "lease lost before the result was recorded; the task may be delivered again");
+                return None;
+            }
+            Err(error) if error.is_transient() && runtime.clock.now_ms() < give_up_at => {
+                runtime.health.failed(operation, &error);
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(error) => {
+                runtime.health.failed(operation, &error);
+                return None;
+            }
+        }
+    }
+}
+
+async fn settle_success(runtime: &Runtime, token: &LeaseToken) {
+    if let Some(outcome) = with_retries(runtime, "ack", || runtime.store.ack(token)).await {
+        tracing::debug!(?outcome, "acknowledged");
+    }
+}
+
+async fn settle_failure(runtime: &Runtime, queue: &QueueRuntime, claimed: &ClaimedTask, error: &str) {
+    let attempt = claimed.attempt;
+    let action = if attempt >= queue.settings.max_attempts {
+        FailAction::DeadLetter
+    } else {
+        let jitter: f64 = rand::rng().random();
+        let delay = queue.settings.backoff_delay(attempt, jitter);
+        FailAction::RetryAt(runtime.clock.now_ms() + delay.as_millis() as u64)
+    };
+    let outcome = with_retries(runtime, "fail", || runtime.store.fail(&claimed.token, error, action)).await;
+    match outcome {
+        Some(FailOutcome::Retrying { attempt, due_ms }) => {
+            tracing::warn!(error, next_attempt = attempt, retry_at_ms = due_ms, "handler failed; will retry");
+            let partition = &claimed.token.partition;
+            if runtime.owns(partition) {
+                runtime.timer.insert(due_ms, partition.clone());
+            }
+        }
+        Some(FailOutcome::DeadLettered) => {
+            tracing::error!(error, attempts = attempt, "handler failed; attempts exhausted, dead-lettered");
+        }
+        Some(FailOutcome::Superseded) => {
+            tracing::info!(error, "handler failed, but the task was rescheduled or cancelled meanwhile");
+        }
+        None => {}
+    }
+}

@@ -1,0 +1,40 @@
+//! Typed errors of the engine.
+
+use delayq_coordinator::CoordinatorError;
+use delayq_storage::StorageError;
+
+use crate::config::ConfigError;
+
+/// What the [`Scheduler`](crate::Scheduler) and its builder fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The task store failed or rejected the input (invalid queue name, id, payload, ...).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The coordinator failed (Redis unreachable at start, ...).
+    #[error(transparent)]
+    Coordinator(#[from] CoordinatorError),
+    /// A relative delay or absolute time that cannot be a due time.
+    #[error("invalid due time for task {id:?}: {reason}")]
+    InvalidWhen {
+        /// The task's id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two handlers were registered for one queue.
+    #[error("queue {queue:?} already has a handler")]
+    DuplicateHandler {
+        /// The queue.
+        queue: String,
+    },
+    /// The scheduler is shutting down or was shut down.
+    #[error("the scheduler is shut down")]
+    ShutDown,
+}
+
+/// `Result` with [`EngineError`].
+pub type EngineResult<T> = Result<T, EngineError>;

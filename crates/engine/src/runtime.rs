@@ -1,0 +1,257 @@
+//! The node's shared state and its long-running loops: the timer, wake-ups and ownership.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use delayq_coordinator::{owned_partitions, ClusterClock, Coordinator, Membership, Wakeup};
+use delayq_storage::{LeaseToken, Partition, QueueName, TaskStore};
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::task::AbortHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, QueueConfig};
+use crate::handler::Handler;
+use crate::health::StoreHealth;
+use crate::partition::PartitionWorker;
+use crate::timer::DueTimer;
+
+/// A queue this node serves: its settings, handler and concurrency slots.
+pub(crate) struct QueueRuntime {
+    pub(crate) name: QueueName,
+    pub(crate) partitions: u32,
+    pub(crate) settings: QueueConfig,
+    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) slots: Arc<Semaphore>,
+}
+
+/// A handler execution that has not settled yet.
+pub(crate) struct RunningTask {
+    pub(crate) token: LeaseToken,
+    pub(crate) abort: AbortHandle,
+}
+
+/// Everything a node's loops share.
+pub(crate) struct Runtime {
+    pub(crate) config: Config,
+    pub(crate) store: Arc<dyn TaskStore>,
+    pub(crate) coordinator: Arc<dyn Coordinator>,
+    pub(crate) clock: Arc<ClusterClock>,
+    pub(crate) timer: DueTimer,
+    pub(crate) health: StoreHealth,
+    /// Handlers by queue name.
+    pub(crate) handlers: HashMap<String, Arc<dyn Handler>>,
+    /// The handler of every other queue (`delayq node` serves all queues).
+    pub(crate) default_handler: Option<Arc<dyn Handler>>,
+    /// The queues served here, created as they are discovered.
+    pub(crate) queues: DashMap<String, Arc<QueueRuntime>>,
+    /// Known partition counts (producer side cache of the store's registry).
+    pub(crate) partition_counts: DashMap<String, u32>,
+    /// The partitions this node owns now.
+    pub(crate) workers: Mutex<HashMap<Partition, Arc<PartitionWorker>>>,
+    /// Handler executions not settled yet, by run number.
+    pub(crate) running: Mutex<HashMap<u64, RunningTask>>,
+    pub(crate) next_run: AtomicU64,
+    /// Handler executions (waited for on shutdown).
+    pub(crate) executions: TaskTracker,
+    /// Cancelled when the node stops claiming (shutdown or crash).
+    pub(crate) stop: CancellationToken,
+}
+
+impl Runtime {
+    /// This node's id.
+    pub(crate) fn node_id(&self) -> &str {
+        self.coordinator.node_id().as_str()
+    }
+
+    /// Whether this node owns `partition` now.
+    pub(crate) fn owns(&self, partition: &Partition) -> bool {
+        self.workers.lock().contains_key(partition)
+    }
+
+    /// Nudges the worker of `partition` to claim now (if this node owns it).
+    pub(crate) fn wake_partition(&self, partition: &Partition) {
+        let worker = self.workers.lock().get(partition).cloned();
+        if let Some(worker) = worker {
+            worker.wake();
+        }
+    }
+
+    /// Whether a member of the cluster runs handlers (and so owns partitions).
+    pub(crate) fn is_member(&self) -> bool {
+        self.default_handler.is_some() || !self.handlers.is_empty()
+    }
+
+    /// The queue runtime of `name`, created on first use when this node serves it.
+    pub(crate) fn queue_runtime(&self, name: &QueueName, partitions: u32) -> Option<Arc<QueueRuntime>> {
+        if let Some(queue) = self.queues.get(name.as_str()) {
+            return Some(queue.clone());
+        }
+        let handler = self
+            .handlers
+            .get(name.as_str())
+            .or(self.default_handler.as_ref())?
+            .clone();
+        let settings = self.config.queue(name.as_str());
+        let queue = Arc::new(QueueRuntime {
+            name: name.clone(),
+            partitions,
+            slots: Arc::new(Semaphore::new(settings.concurrency)),
+            settings,
+            handler,
+        });
+        Some(
+            self.queues
+                .entry(name.as_str().to_owned())
+                .or_insert(queue)
+                .clone(),
+        )
+    }
+
+    /// The queues this node serves, with their partition counts: the queues with a handler,
+    /// plus (with a default handler) every queue the store knows.
+    async fn served_queues(&self) -> BTreeMap<QueueName, u32> {
+        let mut served = BTreeMap::new();
+        for queue in self.queues.iter() {
+            served.insert(queue.name.clone(), queue.partitions);
+        }
+        if self.default_handler.is_some() {
+            match self.store.queues().await {
+                Ok(known) => {
+                    self.health.ok();
+                    for (queue, partitions) in known {
+                        self.partition_counts
+                            .insert(queue.as_str().to_owned(), partitions);
+                        served.insert(queue, partitions);
+                    }
+                }
+                Err(error) => self.health.failed("queues", &error),
+            }
+        }
+        served
+    }
+
+    /// Starts the workers of partitions this node gained and stops those it lost.
+    pub(crate) async fn rebalance(self: &Arc<Self>, membership: &Membership) {
+        let me = self.coordinator.node_id().clone();
+        let served = self.served_queues().await;
+        let mut desired = HashSet::new();
+        if membership.contains(&me) && !self.stop.is_cancelled() {
+            for (queue, partitions) in &served {
+                for index in owned_partitions(&me, queue.as_str(), *partitions, &membership.members)
+                {
+                    desired.insert(Partition::new(queue.clone(), index));
+                }
+            }
+        }
+        let (mut gained, mut lost) = (0usize, 0usize);
+        {
+            let mut workers = self.workers.lock();
+            workers.retain(|partition, worker| {
+                let keep = desired.contains(partition);
+                if !keep {
+                    worker.stop();
+                    lost += 1;
+                }
+                keep
+            });
+            for partition in desired.iter() {
+                if workers.contains_key(partition) {
+                    continue;
+                }
+                let Some(queue) = self.queue_runtime(&partition.queue, served[&partition.queue])
+                else {
+                    continue;
+                };
+                let worker = PartitionWorker::spawn(self.clone(), queue, partition.clone());
+                workers.insert(partition.clone(), worker);
+                gained += 1;
+            }
+        }
+        if lost > 0 {
+            self.timer.retain(|partition| desired.contains(partition));
+        }
+        if gained > 0 || lost > 0 {
+            tracing::info!(
+                epoch = membership.epoch,
+                members = membership.members.len(),
+                gained,
+                lost,
+                owned = desired.len(),
+                "partition ownership changed"
+            );
+        }
+    }
+}
+
+/// Sleeps until the earliest due time on the cluster clock, then wakes the due partitions.
+pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
+    loop {
+        let now = runtime.clock.now_ms();
+        let sleep_for = match runtime.timer.next_due() {
+            Some(due) if due <= now => {
+                for partition in runtime.timer.pop_due(now) {
+                    runtime.wake_partition(&partition);
+                }
+                continue;
+            }
+            Some(due) => Duration::from_millis(due - now),
+            None => Duration::from_secs(3600),
+        };
+        tokio::select! {
+            biased;
+            _ = runtime.stop.cancelled() => return,
+            _ = runtime.timer.earlier_entry() => {}
+            _ = tokio::time::sleep(sleep_for) => {}
+        }
+    }
+}
+
+/// Feeds wake-ups from other nodes into the timer.
+pub(crate) async fn run_wakeups(runtime: Arc<Runtime>, mut wakeups: mpsc::UnboundedReceiver<Wakeup>) {
+    loop {
+        let wakeup = tokio::select! {
+            _ = runtime.stop.cancelled() => return,
+            wakeup = wakeups.recv() => match wakeup {
+                Some(wakeup) => wakeup,
+                None => return,
+            },
+        };
+        let Ok(queue) = QueueName::new(&wakeup.queue) else {
+            tracing::debug!(queue = %wakeup.queue, "ignoring a wake-up for an invalid queue name");
+            continue;
+        };
+        let partition = Partition::new(queue, wakeup.partition);
+        if runtime.owns(&partition) {
+            runtime.timer.insert(wakeup.due_ms, partition);
+        }
+    }
+}
+
+/// Follows the membership (and, periodically, the store's queue catalog) and rebalances.
+pub(crate) async fn run_ownership(runtime: Arc<Runtime>, mut membership: watch::Receiver<Membership>) {
+    let mut catalog = tokio::time::interval(runtime.config.engine.pull_period.max(Duration::from_millis(100)) * 2);
+    catalog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let current = membership.borrow_and_update().clone();
+        runtime.rebalance(&current).await;
+        tokio::select! {
+            biased;
+            _ = runtime.stop.cancelled() => break,
+            changed = membership.changed() => if changed.is_err() { break },
+            _ = catalog.tick() => {}
+        }
+    }
+    for (_, worker) in runtime.workers.lock().drain() {
+        worker.stop();
+    }
+}
+
+/// A run number for [`Runtime::running`].
+pub(crate) fn next_run_number(runtime: &Runtime) -> u64 {
+    runtime.next_run.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,675 @@
+//! The [`Scheduler`] handle that applications embed, and its builder.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use delayq_coordinator::{
+    owner, ClusterClock, Coordinator, CoordinatorConfig, LocalClock, MemoryCluster,
+    MemoryCoordinator, Membership, NodeId, QueueFilter, RedisCoordinator, SystemClock, Wakeup,
+};
+use delayq_storage::{
+    partition_of, validate_due, MemoryStore, NewTask, Partition, PartitionStats, QueueName,
+    RedisStore, RedisStoreOptions, ScheduleMode, ScheduleOutcome, StorageError, StoreOptions,
+    TaskId, TaskInfo, TaskStore,
+};
+use futures::stream::{self, StreamExt, TryStreamExt};
+use parking_lot::Mutex;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Config;
+use crate::error::{EngineError, EngineResult};
+use crate::handler::Handler;
+use crate::health::StoreHealth;
+use crate::runtime::{run_ownership, run_timer, run_wakeups, Runtime};
+use crate::task::{Scheduled, When};
+use crate::timer::DueTimer;
+
+/// An in-process backend: a shared memory store and cluster hub. Clone it into several
+/// schedulers to run a cluster in one process (the demo, users' tests).
+#[derive(Clone, Default)]
+pub struct MemoryBackend {
+    /// The shared task store.
+    pub store: MemoryStore,
+    /// The shared membership hub.
+    pub cluster: Arc<MemoryCluster>,
+}
+
+impl MemoryBackend {
+    /// A fresh, empty in-process backend.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+enum Backend {
+    Redis,
+    Memory(MemoryBackend),
+}
+
+/// Builds a [`Scheduler`]: handlers, backend, clock. See [`Scheduler::builder`].
+pub struct SchedulerBuilder {
+    config: Config,
+    handlers: HashMap<String, Arc<dyn Handler>>,
+    default_handler: Option<Arc<dyn Handler>>,
+    backend: Backend,
+    local_clock: Arc<dyn LocalClock>,
+    store: Option<Arc<dyn TaskStore>>,
+    problem: Option<EngineError>,
+}
+
+impl SchedulerBuilder {
+    /// Runs `handler` for the tasks of `queue`. A node with at least one handler joins the
+    /// cluster and owns a share of the partitions of the queues it has handlers for.
+    pub fn handler(mut self, queue: &str, handler: impl Handler) -> Self {
+        if let Err(error) = QueueName::new(queue) {
+            self.problem.get_or_insert(error.into());
+        } else if self
+            .handlers
+            .insert(queue.to_owned(), Arc::new(handler))
+            .is_some()
+        {
+            self.problem.get_or_insert(EngineError::DuplicateHandler {
+                queue: queue.to_owned(),
+            });
+        }
+        self
+    }
+
+    /// Runs `handler` for every queue without its own handler, including queues that
+    /// producers create later (what `delayq node` does).
+    pub fn default_handler(mut self, handler: impl Handler) -> Self {
+        self.default_handler = Some(Arc::new(handler));
+        self
+    }
+
+    /// Uses the in-process backend instead of Redis.
+    pub fn memory(mut self, backend: MemoryBackend) -> Self {
+        self.backend = Backend::Memory(backend);
+        self
+    }
+
+    /// Uses this local clock instead of the system clock (tests: a machine whose clock is
+    /// wrong).
+    pub fn local_clock(mut self, clock: Arc<dyn LocalClock>) -> Self {
+        self.local_clock = clock;
+        self
+    }
+
+    /// Uses this task store instead of the backend's (tests: a store that records claims).
+    pub fn store(mut self, store: Arc<dyn TaskStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// Connects, registers the queues, joins the cluster (when there are handlers) and starts
+    /// the runtime.
+    pub async fn start(self) -> EngineResult<Scheduler> {
+        if let Some(problem) = self.problem {
+            return Err(problem);
+        }
+        self.config.validate()?;
+        let config = self.config;
+        let member = self.default_handler.is_some() || !self.handlers.is_empty();
+        let filter = if self.default_handler.is_some() {
+            QueueFilter::All
+        } else {
+            let mut queues: Vec<String> = self.handlers.keys().cloned().collect();
+            queues.sort();
+            QueueFilter::Only(queues)
+        };
+        let coordinator_config = CoordinatorConfig {
+            key_prefix: config.redis.key_prefix.clone(),
+            node_name: config.node.name.clone(),
+            heartbeat_period: config.node.heartbeat_period,
+            heartbeat_ttl: config.node.heartbeat_ttl,
+            start_timeout: config.node.start_timeout,
+            queues: filter,
+        };
+        let store_options = StoreOptions {
+            max_payload: config.engine.max_payload,
+            executed_retention_ms: config.engine.executed_retention.as_millis() as u64,
+        };
+        let (store, coordinator): (Arc<dyn TaskStore>, Arc<dyn Coordinator>) = match self.backend
+        {
+            Backend::Redis => {
+                let store: Arc<dyn TaskStore> = match self.store {
+                    Some(store) => store,
+                    None => Arc::new(
+                        RedisStore::connect(RedisStoreOptions {
+                            url: config.redis.url.clone(),
+                            key_prefix: config.redis.key_prefix.clone(),
+                            store: store_options,
+                            response_timeout: Duration::from_secs(2),
+                            connect_timeout: config.node.start_timeout,
+                        })
+                        .await?,
+                    ),
+                };
+                let url = &config.redis.url;
+                let clock = self.local_clock.clone();
+                let coordinator: Arc<dyn Coordinator> = if member {
+                    RedisCoordinator::join(url, coordinator_config, clock).await?
+                } else {
+                    RedisCoordinator::observe(url, coordinator_config, clock).await?
+                };
+                (store, coordinator)
+            }
+            Backend::Memory(backend) => {
+                let store: Arc<dyn TaskStore> = match self.store {
+                    Some(store) => store,
+                    None => Arc::new(backend.store.clone()),
+                };
+                let clock = self.local_clock.clone();
+                let coordinator: Arc<dyn Coordinator> = if member {
+                    MemoryCoordinator::join(&backend.cluster, coordinator_config, clock).await?
+                } else {
+                    MemoryCoordinator::observe(&backend.cluster, coordinator_config, clock)
+                        .await?
+                };
+                (store, coordinator)
+            }
+        };
+        let runtime = Arc::new(Runtime {
+            timer: DueTimer::new(config.engine.max_prefetched),
+            clock: coordinator.clock(),
+            config,
+            store,
+            coordinator,
+            health: StoreHealth::new(),
+            handlers: self.handlers,
+            default_handler: self.default_handler,
+            queues: DashMap::new(),
+            partition_counts: DashMap::new(),
+            workers: Mutex::new(HashMap::new()),
+            running: Mutex::new(HashMap::new()),
+            next_run: AtomicU64::new(0),
+            executions: TaskTracker::new(),
+            stop: CancellationToken::new(),
+        });
+        let scheduler = Scheduler {
+            runtime: runtime.clone(),
+            loops: Arc::new(TaskTracker::new()),
+        };
+        // Queues with their own handler are registered (and their partition count checked)
+        // before the node takes any partition.
+        let handler_queues: Vec<String> = runtime.handlers.keys().cloned().collect();
+        for name in handler_queues {
+            let queue = QueueName::new(&name)?;
+            let partitions = scheduler.partitions_for_write(&queue).await?;
+            runtime.queue_runtime(&queue, partitions);
+        }
+        if runtime.default_handler.is_some() {
+            let configured: Vec<String> = runtime.config.queues.keys().cloned().collect();
+            for name in configured {
+                let queue = QueueName::new(&name)?;
+                let partitions = scheduler.partitions_for_write(&queue).await?;
+                runtime.queue_runtime(&queue, partitions);
+            }
+        }
+        if runtime.is_member() {
+            scheduler.loops.spawn(run_timer(runtime.clone()));
+            if let Some(wakeups) = runtime.coordinator.take_wakeups() {
+                scheduler.loops.spawn(run_wakeups(runtime.clone(), wakeups));
+            }
+            let membership = runtime.coordinator.membership();
+            scheduler.loops.spawn(run_ownership(runtime.clone(), membership));
+        }
+        tracing::info!(node = runtime.node_id(), member = runtime.is_member(), "scheduler started");
+        Ok(scheduler)
+    }
+}
+
+/// The handle an application embeds: schedule, cancel and inspect tasks, and (with handlers)
+/// run the tasks of this replica's share of the partitions.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use delayq_engine::{config::Config, Scheduler, Task, When};
+///
+/// # async fn run() -> Result<(), delayq_engine::EngineError> {
+/// let config = Config::load_or_default(None)?;
+/// let scheduler = Scheduler::builder(config)
+///     .handler("order-timeout", |task: Task| async move {
+///         tracing::info!(order = %task.id, "cancelling unpaid order");
+///         Ok::<(), std::io::Error>(())
+///     })
+///     .start()
+///     .await?;
+/// scheduler
+///     .schedule("order-timeout", "order-42", When::In(Duration::from_secs(1800)), "{}")
+///     .await?;
+/// // ... when the payment arrives:
+/// scheduler.cancel("order-timeout", "order-42").await?;
+/// scheduler.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Scheduler {
+    runtime: Arc<Runtime>,
+    loops: Arc<TaskTracker>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("node", &self.runtime.node_id())
+            .finish()
+    }
+}
+
+/// One item of [`Scheduler::schedule_many`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduleRequest {
+    /// The task's id.
+    pub id: String,
+    /// When it is due.
+    pub when: When,
+    /// Its payload.
+    pub payload: Bytes,
+}
+
+impl Scheduler {
+    /// A builder for a scheduler with this configuration (Redis backend unless
+    /// [`SchedulerBuilder::memory`] is called).
+    pub fn builder(config: Config) -> SchedulerBuilder {
+        SchedulerBuilder {
+            config,
+            handlers: HashMap::new(),
+            default_handler: None,
+            backend: Backend::Redis,
+            local_clock: Arc::new(SystemClock),
+            store: None,
+            problem: None,
+        }
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &NodeId {
+        self.runtime.coordinator.node_id()
+    }
+
+    /// Now on the cluster clock, in milliseconds since the epoch.
+    pub fn now_ms(&self) -> u64 {
+        self.runtime.clock.now_ms()
+    }
+
+    /// The cluster clock.
+    pub fn clock(&self) -> Arc<ClusterClock> {
+        self.runtime.clock.clone()
+    }
+
+    /// The current membership as this node sees it.
+    pub fn membership(&self) -> Membership {
+        self.runtime.coordinator.membership().borrow().clone()
+    }
+
+    /// The partitions this node owns now, sorted.
+    pub fn owned_partitions(&self) -> Vec<Partition> {
+        let mut owned: Vec<Partition> = self.runtime.workers.lock().keys().cloned().collect();
+        owned.sort();
+        owned
+    }
+
+    /// How many handler executions are running now.
+    pub fn running_tasks(&self) -> usize {
+        self.runtime.running.lock().len()
+    }
+
+    /// The task store (for inspection and dead-letter management).
+    pub fn store(&self) -> Arc<dyn TaskStore> {
+        self.runtime.store.clone()
+    }
+
+    /// The coordinator (for `nodes`).
+    pub fn coordinator(&self) -> Arc<dyn Coordinator> {
+        self.runtime.coordinator.clone()
+    }
+
+    /// Schedules (or replaces: upsert) the task `id` of `queue`.
+    pub async fn schedule(
+        &self,
+        queue: &str,
+        id: &str,
+        when: When,
+        payload: impl Into<Bytes>,
+    ) -> EngineResult<Scheduled> {
+        self.schedule_with_mode(queue, id, when, payload.into(), ScheduleMode::Upsert)
+            .await
+    }
+
+    /// Schedules the task with a JSON payload.
+    pub async fn schedule_json<T: serde::Serialize>(
+        &self,
+        queue: &str,
+        id: &str,
+        when: When,
+        payload: &T,
+    ) -> EngineResult<Scheduled> {
+        let bytes = serde_json::to_vec(payload).map_err(|error| EngineError::InvalidWhen {
+            id: id.to_owned(),
+            reason: format!("payload does not serialize to JSON: {error}"),
+        })?;
+        self.schedule(queue, id, when, bytes).await
+    }
+
+    /// Schedules the task unless a live task with this id exists; then that one is kept
+    /// (`kept: true`, with its due).
+    pub async fn schedule_if_absent(
+        &self,
+        queue: &str,
+        id: &str,
+        when: When,
+        payload: impl Into<Bytes>,
+    ) -> EngineResult<Scheduled> {
+        self.schedule_with_mode(queue, id, when, payload.into(), ScheduleMode::IfAbsent)
+            .await
+    }
+
+    async fn schedule_with_mode(
+        &self,
+        queue: &str,
+        id: &str,
+        when: When,
+        payload: Bytes,
+        mode: ScheduleMode,
+    ) -> EngineResult<Scheduled> {
+        let queue = QueueName::new(queue)?;
+        let id = TaskId::new(id)?;
+        let partitions = self.partitions_for_write(&queue).await?;
+        let now = self.now_ms();
+        let due_ms = validate_due(when.due_ms(now))?;
+        let partition = Partition::new(queue, partition_of(&id, partitions));
+        let task = NewTask {
+            id: id.clone(),
+            due_ms,
+            payload,
+        };
+        let outcome = self.runtime.store.schedule(&partition, task, mode).await?;
+        self.announce(&partition, due_ms, now, &outcome).await;
+        Ok(scheduled(&partition, &id, due_ms, outcome))
+    }
+
+    /// Schedules many tasks of one queue in pipelined batches. Returns one result per
+    /// request, in order: a bad item fails alone, the others are stored.
+    pub async fn schedule_many(
+        &self,
+        queue: &str,
+        requests: Vec<ScheduleRequest>,
+    ) -> EngineResult<Vec<EngineResult<Scheduled>>> {
+        let queue = QueueName::new(queue)?;
+        let partitions = self.partitions_for_write(&queue).await?;
+        let now = self.now_ms();
+        let mut results: Vec<Option<EngineResult<Scheduled>>> = Vec::with_capacity(requests.len());
+        let mut items = Vec::with_capacity(requests.len());
+        let mut positions = Vec::with_capacity(requests.len());
+        for (position, request) in requests.into_iter().enumerate() {
+            let id = match TaskId::new(&request.id) {
+                Ok(id) => id,
+                Err(error) => {
+                    results.push(Some(Err(error.into())));
+                    continue;
+                }
+            };
+            let partition = Partition::new(queue.clone(), partition_of(&id, partitions));
+            let due_ms = request.when.due_ms(now);
+            results.push(None);
+            positions.push(position);
+            items.push((
+                partition,
+                NewTask {
+                    id,
+                    due_ms,
+                    payload: request.payload,
+                },
+            ));
+        }
+        let keys: Vec<(Partition, TaskId, u64)> = items
+            .iter()
+            .map(|(partition, task)| (partition.clone(), task.id.clone(), task.due_ms))
+            .collect();
+        let outcomes = self
+            .runtime
+            .store
+            .schedule_many(items, ScheduleMode::Upsert)
+            .await?;
+        // One wake-up per partition, for its earliest new due.
+        let mut earliest: BTreeMap<Partition, u64> = BTreeMap::new();
+        for ((position, (partition, id, due_ms)), outcome) in
+            positions.into_iter().zip(keys).zip(outcomes)
+        {
+            let result = match outcome {
+                Ok(outcome) => {
+                    if matches!(
+                        outcome,
+                        ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. }
+                    ) {
+                        let entry = earliest.entry(partition.clone()).or_insert(due_ms);
+                        *entry = (*entry).min(due_ms);
+                    }
+                    Ok(scheduled(&partition, &id, due_ms, outcome))
+                }
+                Err(error) => Err(error.into()),
+            };
+            results[position] = Some(result);
+        }
+        for (partition, due_ms) in earliest {
+            self.announce(&partition, due_ms, now, &ScheduleOutcome::Created)
+                .await;
+        }
+        Ok(results
+            .into_iter()
+            .map(|result| result.unwrap_or(Err(EngineError::ShutDown)))
+            .collect())
+    }
+
+    /// Cancels the task. Returns whether a pending, in-flight or dead task was removed.
+    pub async fn cancel(&self, queue: &str, id: &str) -> EngineResult<bool> {
+        let queue = QueueName::new(queue)?;
+        let id = TaskId::new(id)?;
+        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+            return Ok(false);
+        };
+        let partition = Partition::new(queue, partition_of(&id, partitions));
+        Ok(self.runtime.store.cancel(&partition, &id).await?)
+    }
+
+    /// The task, if it is pending, in flight, dead, or done within the retention.
+    pub async fn get(&self, queue: &str, id: &str) -> EngineResult<Option<TaskInfo>> {
+        let queue = QueueName::new(queue)?;
+        let id = TaskId::new(id)?;
+        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+            return Ok(None);
+        };
+        let partition = Partition::new(queue, partition_of(&id, partitions));
+        Ok(self.runtime.store.get(&partition, &id).await?)
+    }
+
+    /// Counts per queue (every queue the store knows), summed over the partitions.
+    pub async fn stats(&self) -> EngineResult<BTreeMap<String, PartitionStats>> {
+        let store = self.runtime.store.clone();
+        let now = self.now_ms();
+        let mut totals = BTreeMap::new();
+        for (queue, partitions) in store.queues().await? {
+            let per_partition: Vec<PartitionStats> = stream::iter(0..partitions)
+                .map(|index| {
+                    let store = store.clone();
+                    let partition = Partition::new(queue.clone(), index);
+                    async move { store.stats(&partition, now).await }
+                })
+                .buffer_unordered(16)
+                .try_collect()
+                .await?;
+            let mut total = PartitionStats::default();
+            for stats in per_partition {
+                total += stats;
+            }
+            totals.insert(queue.as_str().to_owned(), total);
+        }
+        Ok(totals)
+    }
+
+    /// Graceful shutdown: stop claiming, wait for running handlers up to `shutdown_grace`,
+    /// give the tasks still running back (their leases end now, so any node takes them),
+    /// leave the cluster.
+    pub async fn shutdown(&self) -> EngineResult<()> {
+        let runtime = &self.runtime;
+        if runtime.stop.is_cancelled() {
+            return Ok(());
+        }
+        runtime.stop.cancel();
+        self.loops.close();
+        self.loops.wait().await;
+        runtime.executions.close();
+        let grace = runtime.config.engine.shutdown_grace;
+        if tokio::time::timeout(grace, runtime.executions.wait())
+            .await
+            .is_err()
+        {
+            self.release_running().await;
+        }
+        runtime.coordinator.leave().await?;
+        tracing::info!(node = runtime.node_id(), "scheduler shut down");
+        Ok(())
+    }
+
+    /// Simulates a crash (tests, the demo): everything stops at once, running handlers are
+    /// aborted without settling, and the node stops heartbeating *without* leaving, so the
+    /// others notice it only when its heartbeat expires and take its in-flight tasks back
+    /// only when their leases run out.
+    pub fn kill(&self) {
+        let runtime = &self.runtime;
+        runtime.stop.cancel();
+        for (_, running) in runtime.running.lock().drain() {
+            running.abort.abort();
+        }
+        runtime.coordinator.crash();
+    }
+
+    async fn release_running(&self) {
+        let runtime = &self.runtime;
+        let running: Vec<_> = runtime.running.lock().drain().map(|(_, r)| r).collect();
+        tracing::warn!(count = running.len(), "handlers still running after the shutdown grace; giving their tasks back");
+        let now = self.now_ms();
+        let mut partitions = Vec::new();
+        for task in running {
+            task.abort.abort();
+            // Ending the lease now hands the task to whichever node requeues it next.
+            if let Err(error) = runtime.store.renew(&task.token, now).await {
+                tracing::warn!(%error, id = %task.token.id, "could not give the task back; its lease will expire");
+            }
+            if !partitions.contains(&task.token.partition) {
+                partitions.push(task.token.partition.clone());
+            }
+        }
+        for partition in partitions {
+            if let Err(error) = runtime.store.requeue_expired(&partition, now + 1, 10_000).await {
+                tracing::warn!(%error, %partition, "could not requeue released tasks; their leases expired and others will");
+            }
+        }
+    }
+
+    /// After a schedule: make sure the owner of the partition knows in time. Our own
+    /// partition goes into our timer; another owner gets a wake-up when the task is due
+    /// before its next pull could see it.
+    async fn announce(&self, partition: &Partition, due_ms: u64, now: u64, outcome: &ScheduleOutcome) {
+        if !matches!(
+            outcome,
+            ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. }
+        ) {
+            return;
+        }
+        let runtime = &self.runtime;
+        if runtime.owns(partition) {
+            runtime.timer.insert(due_ms, partition.clone());
+            return;
+        }
+        let pull_period = runtime.config.engine.pull_period.as_millis() as u64;
+        if due_ms > now.saturating_add(2 * pull_period) {
+            return;
+        }
+        let membership = runtime.coordinator.membership().borrow().clone();
+        let Some(owner) = owner(
+            partition.queue.as_str(),
+            partition.index,
+            &membership.members,
+        )
+        .cloned() else {
+            return;
+        };
+        if &owner == runtime.coordinator.node_id() {
+            // Ownership is ours but the worker is not up yet: its first pull sees the task.
+            return;
+        }
+        let wakeup = Wakeup {
+            queue: partition.queue.as_str().to_owned(),
+            partition: partition.index,
+            due_ms,
+        };
+        if let Err(error) = runtime.coordinator.wake(&owner, wakeup).await {
+            tracing::debug!(%error, %owner, "wake-up not sent; the owner's pull will see the task");
+        }
+    }
+
+    /// The partition count of a queue we write to: the recorded one, else the configured one
+    /// (recorded now). A configured count that differs from the record is an error.
+    async fn partitions_for_write(&self, queue: &QueueName) -> EngineResult<u32> {
+        if let Some(count) = self.runtime.partition_counts.get(queue.as_str()) {
+            return Ok(*count);
+        }
+        let configured = self.runtime.config.queue(queue.as_str()).partitions;
+        let count = match self.runtime.store.register_queue(queue, configured).await {
+            Ok(count) => count,
+            // A queue created by another producer with another count is fine for a queue
+            // that is not configured here: use the record.
+            Err(StorageError::PartitionMismatch { recorded, .. })
+                if !self.runtime.config.queues.contains_key(queue.as_str()) =>
+            {
+                recorded
+            }
+            Err(error) => return Err(error.into()),
+        };
+        self.runtime
+            .partition_counts
+            .insert(queue.as_str().to_owned(), count);
+        Ok(count)
+    }
+
+    /// The partition count of a queue we read from, or `None` when the store does not know
+    /// the queue.
+    async fn partitions_for_read(&self, queue: &QueueName) -> EngineResult<Option<u32>> {
+        if let Some(count) = self.runtime.partition_counts.get(queue.as_str()) {
+            return Ok(Some(*count));
+        }
+        let known = self.runtime.store.queues().await?;
+        let count = known
+            .into_iter()
+            .find(|(name, _)| name == queue)
+            .map(|(_, count)| count);
+        if let Some(count) = count {
+            self.runtime
+                .partition_counts
+                .insert(queue.as_str().to_owned(), count);
+        }
+        Ok(count)
+    }
+}
+
+fn scheduled(partition: &Partition, id: &TaskId, due_ms: u64, outcome: ScheduleOutcome) -> Scheduled {
+    let (due_ms, kept) = match outcome {
+        ScheduleOutcome::Kept { due_ms } => (due_ms, true),
+        _ => (due_ms, false),
+    };
+    Scheduled {
+        queue: partition.queue.as_str().to_owned(),
+        id: id.as_str().to_owned(),
+        due_ms,
+        replaced: outcome.replaced(),
+        duplicate: outcome.duplicate(),
+        kept,
+    }
+}

@@ -1,0 +1,5 @@
+//! The `delayq` command line (being written).
+
+fn main() {
+    std::process::exit(2);
+}
