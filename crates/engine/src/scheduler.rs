@@ -315,6 +315,11 @@ impl Scheduler {
         owned
     }
 
+    /// How many `(due, partition)` entries the timer holds now (prefetched or armed).
+    pub fn prefetched(&self) -> usize {
+        self.runtime.timer.len()
+    }
+
     /// How many handler executions are running now.
     pub fn running_tasks(&self) -> usize {
         self.runtime.running.lock().len()

@@ -1,0 +1,328 @@
+//! Shared helpers of the engine's tests: fast configs, backends, a firing recorder, a store
+//! that records claims, and polling with deadlines.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use delayq_engine::config::{BackoffConfig, Config, QueueConfig};
+use delayq_engine::{MemoryBackend, SchedulerBuilder, Task};
+use delayq_storage::{
+    AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, ItemResult, LeaseToken, NewTask,
+    Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StorageResult, TaskId,
+    TaskInfo, TaskStore,
+};
+use delayq_testkit::{RedisOptions, RedisServer};
+use parking_lot::Mutex;
+
+static PREFIX_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A config with short periods so tests run in seconds.
+pub fn fast_config() -> Config {
+    let mut config = Config::default();
+    config.redis.key_prefix = format!(
+        "test{}-{}",
+        std::process::id(),
+        PREFIX_COUNTER.fetch_add(1, Ordering::Relaxed)
+    );
+    config.node.name = "test-node".to_owned();
+    config.node.heartbeat_period = Duration::from_millis(100);
+    config.node.heartbeat_ttl = Duration::from_millis(600);
+    config.node.start_timeout = Duration::from_secs(5);
+    config.engine.pull_period = Duration::from_millis(250);
+    config.engine.prefetch_window = Duration::from_secs(2);
+    config.engine.lease = Duration::from_secs(2);
+    config.engine.shutdown_grace = Duration::from_secs(3);
+    config.queue_defaults = QueueConfig {
+        partitions: 16,
+        concurrency: 128,
+        max_attempts: 3,
+        backoff: BackoffConfig {
+            initial: Duration::from_millis(50),
+            max: Duration::from_millis(200),
+        },
+        timeout: Duration::from_secs(10),
+    };
+    config
+}
+
+/// Where the tests' nodes keep their tasks.
+pub enum TestBackend {
+    /// A private redis-server.
+    Redis(RedisServer),
+    /// The in-process twin.
+    Memory(MemoryBackend),
+}
+
+impl TestBackend {
+    /// A fresh private redis-server (AOF on, so restarts keep acknowledged writes).
+    pub fn redis() -> Self {
+        TestBackend::Redis(RedisServer::start_with(RedisOptions {
+            aof: true,
+            ..Default::default()
+        }))
+    }
+
+    /// A fresh in-process backend.
+    pub fn memory() -> Self {
+        TestBackend::Memory(MemoryBackend::new())
+    }
+
+    /// A builder for a node on this backend.
+    pub fn builder(&self, config: &Config) -> SchedulerBuilder {
+        let mut config = config.clone();
+        match self {
+            TestBackend::Redis(server) => {
+                config.redis.url = server.url();
+                delayq_engine::Scheduler::builder(config)
+            }
+            TestBackend::Memory(backend) => {
+                delayq_engine::Scheduler::builder(config).memory(backend.clone())
+            }
+        }
+    }
+
+    /// The redis-server, if this is the Redis backend.
+    pub fn server(&mut self) -> Option<&mut RedisServer> {
+        match self {
+            TestBackend::Redis(server) => Some(server),
+            TestBackend::Memory(_) => None,
+        }
+    }
+}
+
+/// One handler run as the recorder saw it.
+#[derive(Clone, Debug)]
+pub struct Firing {
+    pub queue: String,
+    pub id: String,
+    pub due_ms: u64,
+    pub fired_ms: u64,
+    pub attempt: u32,
+    pub generation: u64,
+    pub node: String,
+    pub payload: Vec<u8>,
+}
+
+/// Records every handler run.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    firings: Arc<Mutex<Vec<Firing>>>,
+}
+
+impl Recorder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn record(&self, task: &Task) {
+        self.firings.lock().push(Firing {
+            queue: task.queue.clone(),
+            id: task.id.clone(),
+            due_ms: task.due_ms,
+            fired_ms: task.fired_ms,
+            attempt: task.attempt,
+            generation: task.generation,
+            node: task.node.clone(),
+            payload: task.payload.to_vec(),
+        });
+    }
+
+    /// A handler that records and succeeds.
+    pub fn handler(
+        &self,
+    ) -> impl Fn(Task) -> futures::future::Ready<Result<(), std::io::Error>> + Send + Sync + 'static
+    {
+        let recorder = self.clone();
+        move |task: Task| {
+            recorder.record(&task);
+            futures::future::ready(Ok(()))
+        }
+    }
+
+    pub fn firings(&self) -> Vec<Firing> {
+        self.firings.lock().clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.firings.lock().len()
+    }
+
+    /// How many times each id fired.
+    pub fn counts(&self) -> HashMap<String, usize> {
+        let mut counts = HashMap::new();
+        for firing in self.firings.lock().iter() {
+            *counts.entry(firing.id.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// Distinct ids fired.
+    pub fn distinct(&self) -> usize {
+        self.counts().len()
+    }
+}
+
+/// Polls `condition` every 20 ms until it holds or `within` passes; panics with `what`.
+pub async fn wait_until(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    loop {
+        if condition() {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {within:?} waiting until {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A store that records every claim it hands out, keyed by `(queue, id, generation)`.
+pub struct RecordingStore {
+    inner: Arc<dyn TaskStore>,
+    claims: Mutex<BTreeMap<(String, String, u64), Vec<u64>>>,
+    requeued: AtomicU64,
+}
+
+impl RecordingStore {
+    pub fn new(inner: Arc<dyn TaskStore>) -> Arc<Self> {
+        Arc::new(RecordingStore {
+            inner,
+            claims: Mutex::new(BTreeMap::new()),
+            requeued: AtomicU64::new(0),
+        })
+    }
+
+    /// Claims per `(queue, id, generation)`: the fencing numbers handed out.
+    pub fn claims(&self) -> BTreeMap<(String, String, u64), Vec<u64>> {
+        self.claims.lock().clone()
+    }
+
+    /// Tasks put back after their lease expired.
+    pub fn requeued(&self) -> u64 {
+        self.requeued.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl TaskStore for RecordingStore {
+    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+        self.inner.register_queue(queue, partitions).await
+    }
+    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+        self.inner.queues().await
+    }
+    async fn schedule(
+        &self,
+        partition: &Partition,
+        task: NewTask,
+        mode: ScheduleMode,
+    ) -> StorageResult<ScheduleOutcome> {
+        self.inner.schedule(partition, task, mode).await
+    }
+    async fn schedule_many(
+        &self,
+        items: Vec<(Partition, NewTask)>,
+        mode: ScheduleMode,
+    ) -> StorageResult<Vec<ItemResult>> {
+        self.inner.schedule_many(items, mode).await
+    }
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool> {
+        self.inner.cancel(partition, id).await
+    }
+    async fn get(&self, partition: &Partition, id: &TaskId) -> StorageResult<Option<TaskInfo>> {
+        self.inner.get(partition, id).await
+    }
+    async fn claim_due(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+        lease_deadline_ms: u64,
+        owner: &str,
+    ) -> StorageResult<ClaimBatch> {
+        let batch = self
+            .inner
+            .claim_due(partition, now_ms, limit, lease_deadline_ms, owner)
+            .await?;
+        let mut claims = self.claims.lock();
+        for task in &batch.tasks {
+            claims
+                .entry((
+                    partition.queue.as_str().to_owned(),
+                    task.id.as_str().to_owned(),
+                    task.generation,
+                ))
+                .or_default()
+                .push(task.token.claim);
+        }
+        Ok(batch)
+    }
+    async fn peek_window(
+        &self,
+        partition: &Partition,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        self.inner.peek_window(partition, from_ms, to_ms, limit).await
+    }
+    async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
+        self.inner.ack(token).await
+    }
+    async fn fail(
+        &self,
+        token: &LeaseToken,
+        error: &str,
+        action: FailAction,
+    ) -> StorageResult<FailOutcome> {
+        self.inner.fail(token, error, action).await
+    }
+    async fn renew(&self, token: &LeaseToken, lease_deadline_ms: u64) -> StorageResult<()> {
+        self.inner.renew(token, lease_deadline_ms).await
+    }
+    async fn requeue_expired(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<TaskId>> {
+        let requeued = self.inner.requeue_expired(partition, now_ms, limit).await?;
+        self.requeued
+            .fetch_add(requeued.len() as u64, Ordering::Relaxed);
+        Ok(requeued)
+    }
+    async fn prune_done(
+        &self,
+        partition: &Partition,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> StorageResult<u64> {
+        self.inner.prune_done(partition, older_than_ms, limit).await
+    }
+    async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats> {
+        self.inner.stats(partition, now_ms).await
+    }
+    async fn list_dead(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<DeadTask>> {
+        self.inner.list_dead(partition, limit).await
+    }
+    async fn retry_dead(
+        &self,
+        partition: &Partition,
+        id: &TaskId,
+        due_ms: u64,
+    ) -> StorageResult<bool> {
+        self.inner.retry_dead(partition, id, due_ms).await
+    }
+    async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64> {
+        self.inner.purge_dead(partition, id).await
+    }
+}
