@@ -56,6 +56,14 @@ pub enum QueueFilter {
 }
 
 impl QueueFilter {
+    /// Only the given queues (sorted and deduplicated here).
+    pub fn only(queues: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        let mut queues: Vec<String> = queues.into_iter().map(Into::into).collect();
+        queues.sort();
+        queues.dedup();
+        QueueFilter::Only(queues)
+    }
+
     /// Whether a member with this filter serves `queue`.
     pub fn serves(&self, queue: &str) -> bool {
         match self {
@@ -112,6 +120,16 @@ pub struct NodeInfo {
     pub last_heartbeat_ms: u64,
     /// The queues it serves.
     pub queues: QueueFilter,
+}
+
+impl NodeInfo {
+    /// This node as a member of the membership (its id and the queues it serves).
+    pub fn member(&self) -> Member {
+        Member {
+            id: self.id.clone(),
+            queues: self.queues.clone(),
+        }
+    }
 }
 
 /// A nudge to the owner of a partition: a task due at `due_ms` was just scheduled there, and

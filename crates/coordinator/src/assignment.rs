@@ -31,7 +31,12 @@ pub fn owner<'a>(queue: &str, partition: u32, members: &'a [Member]) -> Option<&
 }
 
 /// The partitions of `queue` (with `partitions` partitions) that `node` owns.
-pub fn owned_partitions(node: &NodeId, queue: &str, partitions: u32, members: &[Member]) -> Vec<u32> {
+pub fn owned_partitions(
+    node: &NodeId,
+    queue: &str,
+    partitions: u32,
+    members: &[Member],
+) -> Vec<u32> {
     (0..partitions)
         .filter(|&partition| owner(queue, partition, members) == Some(node))
         .collect()

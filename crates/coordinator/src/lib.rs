@@ -15,13 +15,16 @@
 mod api;
 mod assignment;
 mod clock;
+mod config;
 mod error;
 mod memory;
 mod redis;
+mod tasks;
 
 pub use api::*;
 pub use assignment::{owned_partitions, owner};
 pub use clock::{ClockSample, ClusterClock, LocalClock, ManualClock, SkewedClock, SystemClock};
+pub use config::{host_name, validate};
 pub use error::{CoordinatorError, CoordinatorResult};
 pub use memory::{MemoryCluster, MemoryCoordinator};
 pub use redis::RedisCoordinator;

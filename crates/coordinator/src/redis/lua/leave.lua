@@ -1,0 +1,20 @@
+-- leave: removes this node at once (graceful shutdown) and announces the change.
+--
+-- KEYS[1] registry   HASH   node id -> JSON entry
+-- KEYS[2] epoch      STRING membership epoch
+-- KEYS[3] heartbeat  STRING this node's heartbeat
+-- ARGV[1] this node's id
+-- ARGV[2] the highest epoch the caller has seen (floor of a bump)
+-- ARGV[3] announcement channel
+-- Returns see reply() in the prelude; removed = {id} when the node was registered
+redis.call('DEL', KEYS[3])
+local epoch
+local removed = {}
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
+  removed[1] = ARGV[1]
+  epoch = bump_epoch(ARGV[2])
+  redis.call('PUBLISH', ARGV[3], epoch)
+else
+  epoch = read_epoch()
+end
+return reply(epoch, 0, removed)

@@ -1,0 +1,231 @@
+//! What the coordinator stores and sends: registry entries (JSON), script replies, wake-ups.
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{Member, Membership, NodeId, NodeInfo, QueueFilter, Wakeup};
+use crate::error::{CoordinatorError, CoordinatorResult};
+
+/// One registry entry, the value of `registry[node id]`. Unknown fields are ignored, so a
+/// later release can add some.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct RegistryEntry {
+    pub(crate) name: String,
+    pub(crate) host: String,
+    pub(crate) pid: u32,
+    pub(crate) version: String,
+    pub(crate) started_ms: u64,
+    pub(crate) last_heartbeat_ms: u64,
+    /// `None`: every queue.
+    #[serde(default)]
+    pub(crate) queues: Option<Vec<String>>,
+}
+
+impl RegistryEntry {
+    #[cfg(test)]
+    pub(crate) fn from_info(info: &NodeInfo) -> Self {
+        RegistryEntry {
+            name: info.name.clone(),
+            host: info.host.clone(),
+            pid: info.pid,
+            version: info.version.clone(),
+            started_ms: info.started_ms,
+            last_heartbeat_ms: info.last_heartbeat_ms,
+            queues: match &info.queues {
+                QueueFilter::All => None,
+                QueueFilter::Only(queues) => Some(queues.clone()),
+            },
+        }
+    }
+
+    pub(crate) fn to_json(&self) -> String {
+        // Serializing plain strings and integers cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    fn into_info(self, id: NodeId) -> NodeInfo {
+        NodeInfo {
+            id,
+            name: self.name,
+            host: self.host,
+            pid: self.pid,
+            version: self.version,
+            started_ms: self.started_ms,
+            last_heartbeat_ms: self.last_heartbeat_ms,
+            queues: match self.queues {
+                None => QueueFilter::All,
+                Some(queues) => QueueFilter::only(queues),
+            },
+        }
+    }
+}
+
+/// Decodes one registry entry.
+pub(crate) fn decode_entry(id: &str, json: &str) -> CoordinatorResult<NodeInfo> {
+    serde_json::from_str::<RegistryEntry>(json)
+        .map(|entry| entry.into_info(NodeId::from_string(id)))
+        .map_err(|error| CoordinatorError::CorruptEntry {
+            node: id.to_owned(),
+            reason: error.to_string(),
+        })
+}
+
+/// Decodes a whole registry (HGETALL pairs), sorted by id; fails on the first corrupt entry.
+pub(crate) fn decode_registry(pairs: &[(String, String)]) -> CoordinatorResult<Vec<NodeInfo>> {
+    let mut nodes = pairs
+        .iter()
+        .map(|(id, json)| decode_entry(id, json))
+        .collect::<CoordinatorResult<Vec<_>>>()?;
+    nodes.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(nodes)
+}
+
+/// The reply every membership script gives (see `lua/prelude.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct ScriptReply {
+    /// Redis `TIME`, in milliseconds.
+    pub(crate) server_ms: u64,
+    pub(crate) epoch: u64,
+    /// This node was not registered and the script added it.
+    pub(crate) added: bool,
+    /// Members the script removed.
+    pub(crate) removed: Vec<String>,
+    /// The registry after the script, as (id, JSON) pairs.
+    pub(crate) registry: Vec<(String, String)>,
+}
+
+/// The raw shape of a script reply, as redis-rs converts it.
+pub(crate) type RawReply = (u64, u64, u64, u8, Vec<String>, Vec<String>);
+
+impl ScriptReply {
+    pub(crate) fn from_raw(raw: RawReply) -> Self {
+        let (seconds, micros, epoch, added, removed, flat) = raw;
+        let mut registry = Vec::with_capacity(flat.len() / 2);
+        let mut fields = flat.into_iter();
+        while let (Some(id), Some(json)) = (fields.next(), fields.next()) {
+            registry.push((id, json));
+        }
+        ScriptReply {
+            server_ms: seconds.saturating_mul(1000) + micros / 1000,
+            epoch,
+            added: added == 1,
+            removed,
+            registry,
+        }
+    }
+
+    /// The membership this reply describes. Corrupt entries are left out (every node reads the
+    /// same bytes, so every node leaves out the same ones) and handed to `on_corrupt`.
+    pub(crate) fn membership(&self, mut on_corrupt: impl FnMut(CoordinatorError)) -> Membership {
+        let mut members: Vec<Member> = self
+            .registry
+            .iter()
+            .filter_map(|(id, json)| match decode_entry(id, json) {
+                Ok(info) => Some(info.member()),
+                Err(error) => {
+                    on_corrupt(error);
+                    None
+                }
+            })
+            .collect();
+        members.sort_by(|a, b| a.id.cmp(&b.id));
+        Membership {
+            epoch: self.epoch,
+            members,
+        }
+    }
+}
+
+/// A wake-up as a pub/sub payload: `queue \n partition \n due_ms`.
+pub(crate) fn encode_wakeup(wakeup: &Wakeup) -> String {
+    format!("{}\n{}\n{}", wakeup.queue, wakeup.partition, wakeup.due_ms)
+}
+
+/// Reads a payload of [`encode_wakeup`]; `None` if it is not one.
+pub(crate) fn decode_wakeup(payload: &str) -> Option<Wakeup> {
+    // From the right, so that the queue name is taken whole whatever it holds.
+    let mut parts = payload.rsplitn(3, '\n');
+    let due_ms = parts.next()?.parse().ok()?;
+    let partition = parts.next()?.parse().ok()?;
+    let queue = parts.next()?.to_owned();
+    Some(Wakeup {
+        queue,
+        partition,
+        due_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wakeups_round_trip() {
+        let wakeup = Wakeup {
+            queue: "order-timeout".to_owned(),
+            partition: 17,
+            due_ms: 1_700_000_000_123,
+        };
+        assert_eq!(encode_wakeup(&wakeup), "order-timeout\n17\n1700000000123");
+        assert_eq!(decode_wakeup(&encode_wakeup(&wakeup)), Some(wakeup));
+        assert_eq!(decode_wakeup("q\nx\n1"), None);
+        assert_eq!(decode_wakeup("garbage"), None);
+    }
+
+    #[test]
+    fn registry_entries_round_trip_and_corruption_is_named() {
+        let info = NodeInfo {
+            id: NodeId::from_string("n1"),
+            name: "api-1".to_owned(),
+            host: "h".to_owned(),
+            pid: 42,
+            version: "0.1.0".to_owned(),
+            started_ms: 1,
+            last_heartbeat_ms: 2,
+            queues: QueueFilter::Only(vec!["a".to_owned(), "b".to_owned()]),
+        };
+        let json = RegistryEntry::from_info(&info).to_json();
+        assert_eq!(decode_entry("n1", &json).expect("decodes"), info);
+        match decode_entry("n2", "{nope") {
+            Err(CoordinatorError::CorruptEntry { node, .. }) => assert_eq!(node, "n2"),
+            other => panic!("expected CorruptEntry, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn replies_pair_the_registry_and_sort_members() {
+        let entry = |name: &str| {
+            RegistryEntry {
+                name: name.to_owned(),
+                host: "h".to_owned(),
+                pid: 1,
+                version: "v".to_owned(),
+                started_ms: 0,
+                last_heartbeat_ms: 0,
+                queues: None,
+            }
+            .to_json()
+        };
+        let reply = ScriptReply::from_raw((
+            1_700_000_000,
+            250_999,
+            7,
+            0,
+            vec![],
+            vec![
+                "b".to_owned(),
+                entry("b"),
+                "x".to_owned(),
+                "{corrupt".to_owned(),
+                "a".to_owned(),
+                entry("a"),
+            ],
+        ));
+        assert_eq!(reply.server_ms, 1_700_000_000_250);
+        let mut corrupt = Vec::new();
+        let membership = reply.membership(|error| corrupt.push(error));
+        assert_eq!(membership.epoch, 7);
+        let ids: Vec<&str> = membership.members.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b"]);
+        assert_eq!(corrupt.len(), 1);
+    }
+}
