@@ -1,0 +1,597 @@
+//! `delayq demo`: an in-process cluster (in memory, or on a Redis given with `--redis`) that
+//! shows tasks firing on time, a node dying, and its partitions and in-flight tasks taken over.
+//!
+//! Timeline (seconds after the tasks are scheduled): tasks are due from 1 s to 4 s; at 2 s the
+//! first node is killed (a simulated crash: it stops heartbeating and does not leave). About
+//! one heartbeat TTL later (1 s) the others notice, and its partitions move to them; the tasks
+//! it was running come back when their lease (2 s) runs out and fire again on another node.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use delayq_engine::config::{Config, QueueConfig};
+use delayq_engine::{MemoryBackend, Scheduler, Task, When};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use super::bench::{histogram, lock, remove_run_data, unique_prefix, BoxError};
+
+/// The demo's queue.
+const QUEUE: &str = "demo";
+/// Its partitions: few, so that the takeover can be shown partition by partition.
+const PARTITIONS: u32 = 12;
+/// The first task is due this long after scheduling starts...
+const FIRST_DUE: Duration = Duration::from_millis(1_000);
+/// ...and the last one this long.
+const LAST_DUE: Duration = Duration::from_millis(4_000);
+/// When the first node is killed, after scheduling starts.
+const KILL_AT: Duration = Duration::from_millis(2_000);
+/// The demo gives up waiting for the tasks this long after scheduling them.
+const DEADLINE: Duration = Duration::from_secs(12);
+
+/// Arguments of `delayq demo`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  delayq demo                                    # three nodes in memory, no Redis needed
+  delayq demo --tasks 1000 --nodes 5 --quiet
+  delayq demo --redis redis://127.0.0.1:6379/0   # the same on a real Redis (keys removed afterwards)
+  delayq demo --json                             # only the summary, as JSON")]
+pub struct DemoArgs {
+    /// Run the demo on this Redis instead of in memory (under a fresh key prefix, removed
+    /// afterwards).
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// How many tasks to schedule (due 1 s to 4 s after they are scheduled).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=20_000))]
+    pub tasks: u32,
+    /// How many in-process nodes; the first one is killed mid-run.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=16))]
+    pub nodes: u32,
+    /// Seed of the random due times (same seed, same schedule).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Print only the events and the summary, not one line per firing.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Runs the demo: start the nodes, schedule, kill one, wait for everything to fire, summarize.
+pub async fn run(args: DemoArgs, json: bool) -> Result<(), BoxError> {
+    let print = Printer {
+        lines: !json,
+        firings: !json && !args.quiet,
+        start: Instant::now(),
+    };
+    let prefix = unique_prefix("delayq-demo");
+    let backend = MemoryBackend::new();
+    let record = Arc::new(Record::default());
+    let mut nodes = Vec::new();
+    for index in 0..args.nodes {
+        let name = node_name(index);
+        let config = demo_config(&name, args.redis.as_deref(), &prefix);
+        let mut builder = Scheduler::builder(config)
+            .handler(QUEUE, firing_handler(record.clone(), print.clone()));
+        if args.redis.is_none() {
+            builder = builder.memory(backend.clone());
+        }
+        let scheduler = builder
+            .start()
+            .await
+            .map_err(|error| format!("starting {name}: {error}"))?;
+        lock(&record.names).insert(scheduler.node_id().to_string(), name.clone());
+        nodes.push(Node {
+            name,
+            scheduler,
+            alive: true,
+            owned: Vec::new(),
+        });
+    }
+    let backend_name = match &args.redis {
+        Some(url) => format!("Redis at {} (keys under {prefix}:)", redact(url)),
+        None => "the in-memory backend".to_owned(),
+    };
+    print.event(format!("started {} nodes on {backend_name}", nodes.len()));
+    let outcome = drive(&args, &mut nodes, &record, &print).await;
+    for node in nodes.iter().filter(|node| node.alive) {
+        if let Err(error) = node.scheduler.shutdown().await {
+            tracing::warn!(node = %node.name, %error, "shutting the node down failed");
+        }
+    }
+    if args.redis.is_some() {
+        if let Some(node) = nodes.first() {
+            remove_run_data(node.scheduler.store(), &[QUEUE]).await?;
+        }
+    }
+    let summary = outcome?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        summary.print(&backend_name);
+    }
+    if summary.lost > 0 {
+        return Err(format!("{} of {} tasks never fired", summary.lost, summary.tasks).into());
+    }
+    Ok(())
+}
+
+/// One in-process node.
+struct Node {
+    name: String,
+    scheduler: Scheduler,
+    alive: bool,
+    owned: Vec<u32>,
+}
+
+/// The demo proper, once the nodes run.
+async fn drive(
+    args: &DemoArgs,
+    nodes: &mut [Node],
+    record: &Arc<Record>,
+    print: &Printer,
+) -> Result<Summary, BoxError> {
+    wait_for_assignment(nodes).await?;
+    for node in nodes.iter_mut() {
+        node.owned = owned_indexes(&node.scheduler);
+        print.event(format!("{} owns partitions {:?}", node.name, node.owned));
+    }
+    let started = Instant::now();
+    let ids = schedule_tasks(args, nodes).await?;
+    print.event(format!(
+        "scheduled {} tasks of queue {QUEUE:?} from {} nodes in {} ms, due over the next {} s",
+        ids.len(),
+        nodes.len(),
+        started.elapsed().as_millis(),
+        LAST_DUE.as_secs()
+    ));
+    let mut killed: Option<Killed> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if killed.is_none() && started.elapsed() >= KILL_AT {
+            killed = Some(kill_first(nodes, record, print));
+        }
+        if let Some(killed) = killed.as_mut() {
+            watch_takeover(nodes, killed, print);
+            if record.all_fired(&ids) && settled(&nodes[1].scheduler).await? {
+                break;
+            }
+        }
+        if started.elapsed() > DEADLINE {
+            print.event("deadline reached before every task fired".to_owned());
+            break;
+        }
+    }
+    Ok(record.summary(args, &ids, killed, print.start.elapsed()))
+}
+
+/// Waits until every node sees every other and the partitions are all owned.
+async fn wait_for_assignment(nodes: &[Node]) -> Result<(), BoxError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let everyone = nodes
+            .iter()
+            .all(|node| node.scheduler.membership().members.len() == nodes.len());
+        let owned: usize = nodes
+            .iter()
+            .map(|node| owned_indexes(&node.scheduler).len())
+            .sum();
+        if everyone && owned == PARTITIONS as usize {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err("the nodes did not agree on the partition assignment within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Schedules the tasks, task `i` from node `i % nodes`, due within `FIRST_DUE..=LAST_DUE`.
+async fn schedule_tasks(args: &DemoArgs, nodes: &[Node]) -> Result<Vec<String>, BoxError> {
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let mut pending = Vec::new();
+    let mut ids = Vec::new();
+    for index in 0..args.tasks {
+        let id = format!("order-{index:04}");
+        let delay = rng.random_range(FIRST_DUE..=LAST_DUE);
+        let scheduler = nodes[index as usize % nodes.len()].scheduler.clone();
+        let task_id = id.clone();
+        pending.push(async move {
+            scheduler
+                .schedule(QUEUE, &task_id, When::In(delay), "")
+                .await
+        });
+        ids.push(id);
+    }
+    for result in futures::future::join_all(pending).await {
+        result?;
+    }
+    Ok(ids)
+}
+
+/// What was killed, and what became of its work.
+struct Killed {
+    name: String,
+    at_ms: u64,
+    partitions: Vec<u32>,
+    in_flight: Vec<String>,
+    /// Partitions of the dead node that no survivor owns yet.
+    orphans: HashSet<u32>,
+    taken_over_after_ms: Option<u64>,
+}
+
+/// Kills the first node: no leave, running handlers aborted, heartbeat stopped.
+fn kill_first(nodes: &mut [Node], record: &Record, print: &Printer) -> Killed {
+    let node = &mut nodes[0];
+    let partitions = owned_indexes(&node.scheduler);
+    node.scheduler.kill();
+    node.alive = false;
+    let mut in_flight: Vec<String> = lock(&record.running)
+        .iter()
+        .filter(|(_, name)| **name == node.name)
+        .map(|(id, _)| id.clone())
+        .collect();
+    in_flight.sort();
+    lock(&record.killed).extend(in_flight.iter().cloned());
+    print.event(format!(
+        "KILL {} (a simulated crash: no goodbye). It owned partitions {:?} and was running {} tasks {:?}",
+        node.name,
+        partitions,
+        in_flight.len(),
+        in_flight
+    ));
+    print.event(
+        "the others notice when its heartbeat expires (ttl 1 s); the tasks it was running \
+         come back when their lease (2 s) runs out"
+            .to_owned(),
+    );
+    Killed {
+        name: node.name.clone(),
+        at_ms: print.elapsed_ms(),
+        orphans: partitions.iter().copied().collect(),
+        partitions,
+        in_flight,
+        taken_over_after_ms: None,
+    }
+}
+
+/// Prints the partitions the survivors gained since the last look.
+fn watch_takeover(nodes: &mut [Node], killed: &mut Killed, print: &Printer) {
+    for node in nodes.iter_mut().filter(|node| node.alive) {
+        let owned = owned_indexes(&node.scheduler);
+        let gained: Vec<u32> = owned
+            .iter()
+            .filter(|partition| !node.owned.contains(partition))
+            .copied()
+            .collect();
+        if !gained.is_empty() {
+            print.event(format!(
+                "TAKEOVER {} took partitions {:?} of {}",
+                node.name, gained, killed.name
+            ));
+            for partition in &gained {
+                killed.orphans.remove(partition);
+            }
+            if killed.orphans.is_empty() && killed.taken_over_after_ms.is_none() {
+                killed.taken_over_after_ms = Some(print.elapsed_ms().saturating_sub(killed.at_ms));
+            }
+        }
+        node.owned = owned;
+    }
+}
+
+/// Whether nothing of the demo queue is pending or in flight any more.
+async fn settled(scheduler: &Scheduler) -> Result<bool, BoxError> {
+    let stats = scheduler.stats().await?;
+    Ok(stats
+        .get(QUEUE)
+        .is_none_or(|queue| queue.pending == 0 && queue.inflight == 0))
+}
+
+fn owned_indexes(scheduler: &Scheduler) -> Vec<u32> {
+    scheduler
+        .owned_partitions()
+        .into_iter()
+        .filter(|partition| partition.queue.as_str() == QUEUE)
+        .map(|partition| partition.index)
+        .collect()
+}
+
+fn node_name(index: u32) -> String {
+    let letter = char::from(b'a' + (index % 26) as u8);
+    format!("node-{letter}")
+}
+
+/// Short timings, so that the whole story fits in a few seconds.
+fn demo_config(name: &str, redis: Option<&str>, prefix: &str) -> Config {
+    let mut config = Config::default();
+    if let Some(url) = redis {
+        config.redis.url = url.to_owned();
+    }
+    config.redis.key_prefix = prefix.to_owned();
+    config.node.name = name.to_owned();
+    config.node.heartbeat_period = Duration::from_millis(200);
+    config.node.heartbeat_ttl = Duration::from_secs(1);
+    config.engine.pull_period = Duration::from_millis(200);
+    config.engine.prefetch_window = Duration::from_secs(2);
+    config.engine.lease = Duration::from_secs(2);
+    config.engine.shutdown_grace = Duration::from_secs(2);
+    config.queues.insert(
+        QUEUE.to_owned(),
+        QueueConfig {
+            partitions: PARTITIONS,
+            concurrency: 32,
+            timeout: Duration::from_secs(2),
+            ..QueueConfig::default()
+        },
+    );
+    config
+}
+
+type DemoFuture = futures::future::BoxFuture<'static, Result<(), std::convert::Infallible>>;
+
+/// The handler: records the firing, prints it, and "works" 50–400 ms (so that some tasks are
+/// running when a node dies).
+fn firing_handler(
+    record: Arc<Record>,
+    print: Printer,
+) -> impl Fn(Task) -> DemoFuture + Send + Sync {
+    move |task: Task| {
+        let record = record.clone();
+        let print = print.clone();
+        Box::pin(async move {
+            let node = record.name_of(&task.node);
+            let again = record.fired(&task, &node);
+            if print.firings {
+                let note = if again {
+                    "  <- again: its node died while running it, and the lease ran out"
+                } else {
+                    ""
+                };
+                print.line(format!(
+                    "{:<10} fired on {node:<7} late {:>4} ms{note}",
+                    task.id,
+                    task.lateness().as_millis()
+                ));
+            }
+            let work = 50 + delayq_storage::stable_hash(task.id.as_bytes()) % 350;
+            tokio::time::sleep(Duration::from_millis(work)).await;
+            lock(&record.running).remove(&task.id);
+            Ok(())
+        })
+    }
+}
+
+/// Prints lines stamped with the time since the demo started.
+#[derive(Clone)]
+struct Printer {
+    lines: bool,
+    firings: bool,
+    start: Instant,
+}
+
+impl Printer {
+    fn elapsed_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn line(&self, text: String) {
+        if self.lines {
+            let elapsed = self.start.elapsed().as_secs_f64();
+            // A closed stdout (`delayq demo | head`) must not stop the demo.
+            let _ = writeln!(std::io::stdout().lock(), "{elapsed:>7.3}s  {text}");
+        }
+    }
+
+    fn event(&self, text: String) {
+        self.line(format!("== {text}"));
+    }
+}
+
+/// One delivery of a task.
+struct Firing {
+    id: String,
+    node: String,
+    lateness_ms: u64,
+}
+
+/// Everything the handlers saw, shared by the nodes.
+#[derive(Default)]
+struct Record {
+    /// Node id -> name.
+    names: Mutex<HashMap<String, String>>,
+    firings: Mutex<Vec<Firing>>,
+    /// Task id -> name of the node running it (left behind by a killed node).
+    running: Mutex<HashMap<String, String>>,
+    /// The tasks that were running on the node when it was killed.
+    killed: Mutex<HashSet<String>>,
+}
+
+impl Record {
+    fn name_of(&self, node_id: &str) -> String {
+        lock(&self.names)
+            .get(node_id)
+            .cloned()
+            .unwrap_or_else(|| node_id.to_owned())
+    }
+
+    /// Records a delivery; returns whether the task had fired before.
+    fn fired(&self, task: &Task, node: &str) -> bool {
+        lock(&self.running).insert(task.id.clone(), node.to_owned());
+        let mut firings = lock(&self.firings);
+        let again = firings.iter().any(|firing| firing.id == task.id);
+        firings.push(Firing {
+            id: task.id.clone(),
+            node: node.to_owned(),
+            lateness_ms: task.fired_ms.saturating_sub(task.due_ms),
+        });
+        again
+    }
+
+    fn all_fired(&self, ids: &[String]) -> bool {
+        let firings = lock(&self.firings);
+        let fired: HashSet<&str> = firings.iter().map(|firing| firing.id.as_str()).collect();
+        ids.iter().all(|id| fired.contains(id.as_str()))
+    }
+
+    fn summary(
+        &self,
+        args: &DemoArgs,
+        ids: &[String],
+        killed: Option<Killed>,
+        elapsed: Duration,
+    ) -> Summary {
+        let firings = lock(&self.firings);
+        let mut lateness = histogram();
+        let mut seen: HashMap<&str, u32> = HashMap::new();
+        let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
+        for firing in firings.iter() {
+            let count = seen.entry(firing.id.as_str()).or_default();
+            *count += 1;
+            if *count == 1 {
+                lateness.saturating_record(firing.lateness_ms);
+            }
+            *per_node.entry(firing.node.clone()).or_default() += 1;
+        }
+        let in_flight_at_kill = lock(&self.killed).clone();
+        let repeated: Vec<&str> = seen
+            .iter()
+            .filter(|(_, count)| **count > 1)
+            .map(|(id, _)| *id)
+            .collect();
+        let unexpected = repeated
+            .iter()
+            .filter(|id| !in_flight_at_kill.contains(**id))
+            .count();
+        let late_over_100ms = firings
+            .iter()
+            .filter(|firing| firing.lateness_ms > 100)
+            .map(|firing| firing.id.as_str())
+            .collect::<HashSet<_>>()
+            .len();
+        let fired = ids
+            .iter()
+            .filter(|id| seen.contains_key(id.as_str()))
+            .count() as u64;
+        Summary {
+            backend: if args.redis.is_some() {
+                "redis"
+            } else {
+                "memory"
+            },
+            nodes: args.nodes,
+            tasks: ids.len() as u64,
+            fired,
+            lost: ids.len() as u64 - fired,
+            deliveries: firings.len() as u64,
+            duplicates: repeated.len() as u64,
+            duplicates_not_in_flight_at_kill: unexpected as u64,
+            lateness_ms: Lateness {
+                p50: lateness.value_at_quantile(0.5),
+                p99: lateness.value_at_quantile(0.99),
+                max: lateness.max(),
+            },
+            late_over_100ms: late_over_100ms as u64,
+            per_node,
+            killed: killed.map(|killed| KilledSummary {
+                node: killed.name,
+                at_ms: killed.at_ms,
+                partitions: killed.partitions,
+                in_flight: killed.in_flight,
+                partitions_taken_over_after_ms: killed.taken_over_after_ms,
+            }),
+            elapsed_ms: elapsed.as_millis() as u64,
+        }
+    }
+}
+
+/// The demo's result, as printed (and with `--json`, as JSON).
+#[derive(Serialize)]
+struct Summary {
+    backend: &'static str,
+    nodes: u32,
+    tasks: u64,
+    fired: u64,
+    lost: u64,
+    deliveries: u64,
+    duplicates: u64,
+    duplicates_not_in_flight_at_kill: u64,
+    lateness_ms: Lateness,
+    late_over_100ms: u64,
+    per_node: BTreeMap<String, u64>,
+    killed: Option<KilledSummary>,
+    elapsed_ms: u64,
+}
+
+#[derive(Serialize)]
+struct Lateness {
+    p50: u64,
+    p99: u64,
+    max: u64,
+}
+
+#[derive(Serialize)]
+struct KilledSummary {
+    node: String,
+    at_ms: u64,
+    partitions: Vec<u32>,
+    in_flight: Vec<String>,
+    partitions_taken_over_after_ms: Option<u64>,
+}
+
+impl Summary {
+    fn print(&self, backend: &str) {
+        println!();
+        println!(
+            "Summary: {} nodes on {backend}, {:.1} s",
+            self.nodes,
+            self.elapsed_ms as f64 / 1000.0
+        );
+        println!("  tasks scheduled   {}", self.tasks);
+        println!("  fired             {} (lost: {})", self.fired, self.lost);
+        println!(
+            "  deliveries        {} ({} duplicates, {} of them for tasks not running at the kill)",
+            self.deliveries, self.duplicates, self.duplicates_not_in_flight_at_kill
+        );
+        println!(
+            "  lateness          p50 {} ms, p99 {} ms, max {} ms (first deliveries)",
+            self.lateness_ms.p50, self.lateness_ms.p99, self.lateness_ms.max
+        );
+        println!(
+            "  late by > 100 ms  {} (due while their partition had no live owner)",
+            self.late_over_100ms
+        );
+        let per_node: Vec<String> = self
+            .per_node
+            .iter()
+            .map(|(node, count)| format!("{node} {count}"))
+            .collect();
+        println!("  fired per node    {}", per_node.join(", "));
+        if let Some(killed) = &self.killed {
+            let takeover = killed
+                .partitions_taken_over_after_ms
+                .map_or("not yet".to_owned(), |ms| format!("{ms} ms after the kill"));
+            println!(
+                "  killed            {} at {:.1} s: its partitions {:?} moved {takeover}; \
+                 the {} tasks it was running fired again elsewhere",
+                killed.node,
+                killed.at_ms as f64 / 1000.0,
+                killed.partitions,
+                killed.in_flight.len()
+            );
+        }
+        println!(
+            "Delivery is at-least-once: a task running on a node that dies runs again elsewhere \
+             (handlers use queue/id/generation as an idempotency key)."
+        );
+    }
+}
+
+/// `url` without the credentials of a `user:password@` part.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.split_once("://"), url.rfind('@')) {
+        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
+        _ => url.to_owned(),
+    }
+}
