@@ -1,5 +1,78 @@
-//! The `delayq` command line (being written).
+//! The `delayq` command line: run cluster nodes, schedule and inspect tasks, run the demo
+//! and the benchmark. See `delayq --help`.
 
-fn main() {
-    std::process::exit(2);
+#![warn(missing_docs)]
+
+mod cli;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use cli::{clap_error_line, Cli};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) if !error.use_stderr() => {
+            // --help and --version: print them and exit 0.
+            let _ = error.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(error) => {
+            eprintln!("{}", clap_error_line(&error));
+            return ExitCode::from(2);
+        }
+    };
+    quiet_panics();
+    init_logging(if cli.runs_node() { "info" } else { "warn" });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(cli::run(cli));
+    // Do not wait for a blocking read of stdin that may still be parked.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", error.one_line());
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+/// Logs to stderr (stdout carries data), filtered by `RUST_LOG`, else `default_level`.
+fn init_logging(default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A panic (a bug) prints one line naming where it happened, not a backtrace.
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|text| (*text).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown cause".to_owned());
+        let location = info
+            .location()
+            .map(|location| format!(" at {}:{}", location.file(), location.line()))
+            .unwrap_or_default();
+        eprintln!("error: internal error (a bug in delayq): {message}{location}");
+    }));
 }

@@ -1,0 +1,86 @@
+//! The handlers `delayq node` can run: print each task (`log`), run a command per task
+//! (`exec`), or POST each task to a URL (`http`).
+
+mod exec;
+mod http;
+mod log;
+
+use std::sync::Arc;
+
+use delayq_engine::{HandlerError, Task};
+use serde_json::{Map, Value};
+
+pub use exec::ExecHandler;
+pub use http::HttpHandler;
+pub use log::LogHandler;
+
+use super::values::insert_payload;
+
+/// One of the node's handlers, cheap to clone into every queue.
+#[derive(Clone)]
+pub enum NodeHandler {
+    /// One JSON line per task on stdout.
+    Log(Arc<LogHandler>),
+    /// A command per task.
+    Exec(Arc<ExecHandler>),
+    /// A POST per task.
+    Http(Arc<HttpHandler>),
+}
+
+impl NodeHandler {
+    /// Runs one task: `Ok` acks it, an error fails the attempt (retry, then dead letter).
+    pub async fn run(self, task: Task) -> Result<(), HandlerError> {
+        match self {
+            NodeHandler::Log(handler) => handler.run(&task),
+            NodeHandler::Exec(handler) => handler.run(&task).await,
+            NodeHandler::Http(handler) => handler.run(&task).await,
+        }
+    }
+}
+
+/// The task as the `http` handler posts it: every field, the payload as a string when it is
+/// UTF-8, else as `payload_base64`.
+pub fn task_json(task: &Task) -> Value {
+    let mut object = Map::new();
+    object.insert("queue".to_owned(), Value::from(task.queue.as_str()));
+    object.insert("id".to_owned(), Value::from(task.id.as_str()));
+    object.insert("due_ms".to_owned(), Value::from(task.due_ms));
+    object.insert("fired_ms".to_owned(), Value::from(task.fired_ms));
+    object.insert("attempt".to_owned(), Value::from(task.attempt));
+    object.insert("generation".to_owned(), Value::from(task.generation));
+    object.insert("node".to_owned(), Value::from(task.node.as_str()));
+    insert_payload(&mut object, &task.payload);
+    Value::Object(object)
+}
+
+/// At most `max` bytes of the end of `text` (where the reason for a failure usually is),
+/// cut at a character boundary, on one line.
+pub fn excerpt(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim();
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    let tail = text[start..]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if start > 0 {
+        format!("...{tail}")
+    } else {
+        tail
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpt_keeps_the_end_on_one_line() {
+        assert_eq!(excerpt(b"  line one\nline two\n", 100), "line one line two");
+        assert_eq!(excerpt("aaaa\u{e9}bbb".as_bytes(), 4), "...bbb");
+        assert_eq!(excerpt(b"", 10), "");
+    }
+}

@@ -1,0 +1,285 @@
+//! `delayq schedule QUEUE --from FILE|-`: bulk loading from JSON lines.
+
+use std::fs::File;
+use std::io::{BufRead, IsTerminal, Read};
+use std::path::Path;
+
+use bytes::Bytes;
+use delayq_engine::config::Config;
+use delayq_engine::{ScheduleRequest, Scheduler, When};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::error::{CliError, CliResult};
+use super::output::print_json;
+use super::{close, producer};
+
+/// Tasks per `schedule_many` call (the store pipelines each batch).
+const BATCH: usize = 1000;
+
+/// One line of the input.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    id: LineId,
+    #[serde(default)]
+    delay_ms: Option<u64>,
+    #[serde(default)]
+    due_ms: Option<u64>,
+    #[serde(default)]
+    payload: Option<String>,
+}
+
+/// An id may be written as a string or as a whole number.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum LineId {
+    Text(String),
+    Number(u64),
+}
+
+/// The summary printed at the end.
+#[derive(Debug, Default, Serialize, PartialEq, Eq)]
+struct Summary {
+    scheduled: u64,
+    replaced: u64,
+    duplicates: u64,
+    failed: u64,
+}
+
+/// Loads the tasks of `source` (a file, or `-` for stdin) into `queue`.
+pub async fn run(queue: &str, source: &Path, config: Config) -> CliResult<()> {
+    let (reader, size): (Box<dyn Read + Send>, Option<u64>) = if source == Path::new("-") {
+        (Box::new(std::io::stdin()), None)
+    } else {
+        let file = File::open(source).map_err(|error| {
+            CliError::Usage(format!("cannot read {}: {error}", source.display()))
+        })?;
+        let size = file.metadata().ok().map(|metadata| metadata.len());
+        (Box::new(file), size)
+    };
+    let scheduler = producer(config).await?;
+    let lines = read_lines(reader);
+    let mut loader = Loader {
+        scheduler: &scheduler,
+        queue,
+        bar: progress_bar(size),
+        batch: Vec::with_capacity(BATCH),
+        summary: Summary::default(),
+    };
+    let outcome = loader.load(lines).await;
+    if let Some(bar) = &loader.bar {
+        bar.finish_and_clear();
+    }
+    let summary = loader.summary;
+    close(scheduler).await;
+    print_json(&summary)?;
+    outcome?;
+    if summary.failed > 0 {
+        return Err(CliError::Runtime(format!(
+            "{} line(s) failed (reported above); the other {} were scheduled",
+            summary.failed,
+            summary.scheduled + summary.duplicates
+        )));
+    }
+    Ok(())
+}
+
+/// What the reader thread sends: a line (with its newline), or the read error that ended
+/// the input.
+type RawLine = std::io::Result<Vec<u8>>;
+
+/// Reads `reader` line by line on a thread of its own (stdin and files block), a few
+/// batches ahead of the writer.
+fn read_lines(reader: Box<dyn Read + Send>) -> mpsc::Receiver<RawLine> {
+    let (sender, receiver) = mpsc::channel(4 * BATCH);
+    std::thread::spawn(move || {
+        let mut reader = std::io::BufReader::with_capacity(64 * 1024, reader);
+        loop {
+            let mut line = Vec::new();
+            let message = match reader.read_until(b'\n', &mut line) {
+                Ok(0) => return,
+                Ok(_) => Ok(line),
+                Err(error) => Err(error),
+            };
+            let failed = message.is_err();
+            // The loader stopped (an error): nothing more to read for.
+            if sender.blocking_send(message).is_err() || failed {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// A progress bar on stderr when it is a terminal: by bytes for a file, a counter for stdin.
+fn progress_bar(size: Option<u64>) -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = match size {
+        Some(size) => ProgressBar::new(size).with_style(
+            ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg} ({eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    };
+    Some(bar)
+}
+
+/// One load in progress: the current batch and the counts so far.
+struct Loader<'a> {
+    scheduler: &'a Scheduler,
+    queue: &'a str,
+    bar: Option<ProgressBar>,
+    /// The pending requests with their line numbers.
+    batch: Vec<(u64, ScheduleRequest)>,
+    summary: Summary,
+}
+
+impl Loader<'_> {
+    /// Reads every line, schedules in batches. An error here (stdin unreadable, Redis gone)
+    /// stops the load; what was sent before stays scheduled.
+    async fn load(&mut self, mut lines: mpsc::Receiver<RawLine>) -> CliResult<()> {
+        let mut number = 0u64;
+        while let Some(line) = lines.recv().await {
+            let line = line.map_err(|error| {
+                CliError::Runtime(format!("reading line {}: {error}", number + 1))
+            })?;
+            number += 1;
+            if let Some(bar) = &self.bar {
+                bar.inc(line.len() as u64);
+            }
+            match parse_line(&line) {
+                Ok(Some(request)) => self.batch.push((number, request)),
+                Ok(None) => {}
+                Err(reason) => self.reject(number, &reason),
+            }
+            if self.batch.len() >= BATCH {
+                self.flush().await?;
+            }
+        }
+        self.flush().await
+    }
+
+    /// Schedules the current batch and counts the outcomes.
+    async fn flush(&mut self) -> CliResult<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let (numbers, requests): (Vec<u64>, Vec<ScheduleRequest>) = self.batch.drain(..).unzip();
+        let results = self
+            .scheduler
+            .schedule_many(self.queue, requests)
+            .await
+            .map_err(|error| {
+                CliError::from(error).with_context(&format!(
+                    "stopped at line {}",
+                    numbers.first().copied().unwrap_or_default()
+                ))
+            })?;
+        for (number, result) in numbers.into_iter().zip(results) {
+            match result {
+                Ok(scheduled) if scheduled.duplicate => self.summary.duplicates += 1,
+                Ok(scheduled) => {
+                    self.summary.scheduled += 1;
+                    if scheduled.replaced {
+                        self.summary.replaced += 1;
+                    }
+                }
+                Err(error) => self.reject(number, &error.to_string()),
+            }
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!("{} scheduled", self.summary.scheduled));
+        }
+        Ok(())
+    }
+
+    /// Reports a bad line on stderr and counts it.
+    fn reject(&mut self, number: u64, reason: &str) {
+        self.summary.failed += 1;
+        let message = format!("error: line {number}: {reason}");
+        match &self.bar {
+            Some(bar) => bar.suspend(|| eprintln!("{message}")),
+            None => eprintln!("{message}"),
+        }
+    }
+}
+
+/// One input line as a request; `None` for a blank line.
+fn parse_line(raw: &[u8]) -> Result<Option<ScheduleRequest>, String> {
+    let text = std::str::from_utf8(raw).map_err(|error| format!("not UTF-8: {error}"))?;
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let line: Line =
+        serde_json::from_str(text).map_err(|error| format!("invalid JSON line: {error}"))?;
+    let id = match line.id {
+        LineId::Text(id) => id,
+        LineId::Number(id) => id.to_string(),
+    };
+    let when = match (line.delay_ms, line.due_ms) {
+        (Some(delay_ms), None) => When::In(std::time::Duration::from_millis(delay_ms)),
+        (None, Some(due_ms)) => {
+            When::At(delayq_storage::validate_due(due_ms).map_err(|error| error.to_string())?)
+        }
+        (Some(_), Some(_)) => {
+            return Err("give either \"delay_ms\" or \"due_ms\", not both".to_owned())
+        }
+        (None, None) => return Err("missing \"delay_ms\" or \"due_ms\"".to_owned()),
+    };
+    Ok(Some(ScheduleRequest {
+        id,
+        when,
+        payload: Bytes::from(line.payload.unwrap_or_default()),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(text: &str) -> ScheduleRequest {
+        parse_line(text.as_bytes())
+            .expect("a valid line")
+            .expect("not blank")
+    }
+
+    fn rejected(text: &str) -> String {
+        parse_line(text.as_bytes()).expect_err("a bad line")
+    }
+
+    #[test]
+    fn lines_with_delay_or_due_and_optional_payload_parse() {
+        let request = parsed(r#"{"id":"a","delay_ms":500}"#);
+        assert_eq!(request.id, "a");
+        assert_eq!(
+            request.when,
+            When::In(std::time::Duration::from_millis(500))
+        );
+        assert!(request.payload.is_empty());
+        let request = parsed(r#"{"id":7,"due_ms":1700000000000,"payload":"x"}"#);
+        assert_eq!(request.id, "7");
+        assert_eq!(request.when, When::At(1_700_000_000_000));
+        assert_eq!(&request.payload[..], b"x");
+        assert_eq!(parse_line(b"  \r\n").expect("blank is fine"), None);
+    }
+
+    #[test]
+    fn bad_lines_say_what_is_wrong() {
+        assert!(rejected("{oops").contains("invalid JSON"));
+        assert!(rejected(r#"{"id":"a"}"#).contains("missing"));
+        assert!(rejected(r#"{"id":"a","delay_ms":1,"due_ms":2}"#).contains("not both"));
+        assert!(rejected(r#"{"id":"a","delay":1}"#).contains("unknown field"));
+        assert!(rejected(r#"{"id":"a","delay_ms":-1}"#).contains("invalid JSON"));
+        assert!(parse_line(&[0xff, b'\n'])
+            .expect_err("not UTF-8")
+            .contains("UTF-8"));
+    }
+}

@@ -1,0 +1,129 @@
+//! The `delayq` command line: argument parsing, dispatch to one module per command, and the
+//! mapping of failures to exit codes (2 for usage errors, 1 for runtime errors).
+
+pub mod bench;
+pub mod demo;
+mod error;
+mod handlers;
+mod inspect;
+mod load;
+mod node;
+mod output;
+mod schedule;
+mod stats;
+mod values;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+use delayq_engine::config::Config;
+use delayq_engine::Scheduler;
+
+pub use error::{clap_error_line, CliError, CliResult};
+
+const EXAMPLES: &str = "\
+Examples:
+  delayq demo                                   # in-process cluster, no Redis needed
+  delayq node                                   # run a node; one JSON line per fired task
+  delayq node --handler exec -- ./on-timeout.sh # run a script per task
+  delayq schedule order-timeout order-42 --in 30m --payload '{\"order\":42}'
+  delayq schedule reminders r-7 --at 2030-01-01T09:00:00Z
+  delayq schedule order-timeout --from tasks.jsonl
+  delayq get order-timeout order-42
+  delayq cancel order-timeout order-42
+  delayq stats --watch
+  delayq nodes --json
+
+Configuration: --config FILE, else ./cluster.yaml if it exists, else the built-in defaults.
+DELAYQ_REDIS_URL, DELAYQ_KEY_PREFIX and DELAYQ_NODE_NAME override the file.
+Logs go to stderr (RUST_LOG sets the filter); data goes to stdout.
+Exit codes: 0 success, 1 runtime error (Redis unreachable, task not found, ...),
+2 usage error (bad flag, value or configuration).";
+
+/// `delayq`: a clustered, sharded delayed-task scheduler backed by Redis.
+#[derive(Debug, Parser)]
+#[command(name = "delayq", version, about, long_about = None, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Configuration file [default: ./cluster.yaml when it exists, else built-in defaults].
+    #[arg(long, global = true, value_name = "FILE", env = "DELAYQ_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Print data as JSON (commands that print one object always print JSON).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands of `delayq`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one cluster node until SIGINT/SIGTERM, then shut down gracefully.
+    #[command(after_help = node::NODE_EXAMPLES)]
+    Node(node::NodeArgs),
+    /// Schedule one task (or replace it), or load many from JSON lines with --from.
+    #[command(after_help = schedule::SCHEDULE_EXAMPLES)]
+    Schedule(schedule::ScheduleArgs),
+    /// Cancel a task; prints {"cancelled":true|false}.
+    Cancel(inspect::TaskRef),
+    /// Show a task (pending, inflight, dead or done); exits 1 when it is not found.
+    Get(inspect::TaskRef),
+    /// Per-queue counts: pending, due now, in flight, dead, done (retained).
+    Stats(stats::StatsArgs),
+    /// The live nodes of the cluster and how many partitions each owns.
+    Nodes,
+    /// An in-process cluster on the in-memory backend: tasks fire, a node dies, its work is taken over.
+    Demo(demo::DemoArgs),
+    /// The load and precision benchmark.
+    Bench(bench::BenchArgs),
+}
+
+impl Cli {
+    /// Whether this invocation runs a long-lived node (its logs default to `info`; the
+    /// one-shot commands default to `warn` so that their output stays readable).
+    pub fn runs_node(&self) -> bool {
+        matches!(self.command, Command::Node(_))
+    }
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> CliResult<()> {
+    let Cli {
+        config,
+        json,
+        command,
+    } = cli;
+    match command {
+        Command::Node(args) => node::run(args, load_config(config.as_deref())?).await,
+        Command::Schedule(args) => schedule::run(args, load_config(config.as_deref())?).await,
+        Command::Cancel(task) => inspect::cancel(task, load_config(config.as_deref())?).await,
+        Command::Get(task) => inspect::get(task, load_config(config.as_deref())?).await,
+        Command::Stats(args) => stats::run(args, json, load_config(config.as_deref())?).await,
+        Command::Nodes => inspect::nodes(json, load_config(config.as_deref())?).await,
+        Command::Demo(args) => demo::run(args, json).await.map_err(CliError::from_boxed),
+        Command::Bench(args) => bench::run(args, json, config)
+            .await
+            .map_err(CliError::from_boxed),
+    }
+}
+
+/// Loads the configuration: the explicit file (which must be readable), else
+/// `./cluster.yaml` when it exists, else the defaults. Any problem is a usage error.
+fn load_config(path: Option<&Path>) -> CliResult<Config> {
+    Config::load_or_default(path).map_err(|error| CliError::Usage(error.to_string()))
+}
+
+/// A scheduler without handlers (producer and observer mode): it never joins the cluster,
+/// but reads the cluster clock, so `--in` is relative to cluster time.
+async fn producer(config: Config) -> CliResult<Scheduler> {
+    Ok(Scheduler::builder(config).start().await?)
+}
+
+/// Leaves a producer quietly (it holds no partitions; a failure here changes nothing).
+async fn close(scheduler: Scheduler) {
+    if let Err(error) = scheduler.shutdown().await {
+        tracing::debug!(%error, "closing the producer failed");
+    }
+}

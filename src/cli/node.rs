@@ -1,0 +1,160 @@
+//! `delayq node`: one cluster member running a handler until SIGINT/SIGTERM.
+
+use std::sync::Arc;
+
+use clap::ValueEnum;
+use delayq_engine::config::Config;
+use delayq_engine::{HandlerFuture, Scheduler, Task};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use super::error::{CliError, CliResult};
+use super::handlers::{ExecHandler, HttpHandler, LogHandler, NodeHandler};
+use super::values;
+
+/// Examples shown by `delayq node --help`.
+pub const NODE_EXAMPLES: &str = "\
+Examples:
+  delayq node
+      prints {\"queue\",\"id\",\"due_ms\",\"fired_ms\",\"attempt\",\"node\"} per fired task
+  delayq node --queue order-timeout --queue reminders
+  delayq node --handler exec -- ./cancel-order.sh --verbose
+      the script gets DELAYQ_QUEUE, DELAYQ_ID, DELAYQ_DUE_MS, DELAYQ_ATTEMPT (and
+      DELAYQ_GENERATION, DELAYQ_FIRED_MS, DELAYQ_NODE) in its environment and the payload on
+      stdin; exit status 0 acks the task, anything else fails the attempt
+  delayq node --handler http --url http://localhost:8080/tasks
+      POSTs {\"queue\",\"id\",\"due_ms\",\"fired_ms\",\"attempt\",\"generation\",\"node\",\"payload\"}
+      (payload_base64 when the payload is not UTF-8); a 2xx status acks
+
+A failed attempt is retried with backoff up to the queue's max_attempts, then dead-lettered
+(see it with `delayq get QUEUE ID`). SIGINT or SIGTERM drains running tasks for up to
+engine.shutdown_grace, leaves the cluster and exits 0; a second signal exits at once (130).";
+
+/// What `delayq node` does with each fired task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HandlerKind {
+    /// Print one JSON line per fired task on stdout.
+    Log,
+    /// Run the command given after `--` per task.
+    Exec,
+    /// POST each task as JSON to --url.
+    Http,
+}
+
+/// The arguments of `delayq node`.
+#[derive(Debug, clap::Args)]
+pub struct NodeArgs {
+    /// What to do with each fired task.
+    #[arg(long, value_enum, default_value_t = HandlerKind::Log)]
+    handler: HandlerKind,
+
+    /// Serve only this queue (repeatable) [default: every queue, including queues that
+    /// producers create later].
+    #[arg(long = "queue", value_name = "NAME", value_parser = values::queue_name)]
+    queues: Vec<String>,
+
+    /// Where `--handler http` posts the tasks.
+    #[arg(long, value_name = "URL", required_if_eq("handler", "http"))]
+    url: Option<String>,
+
+    /// The command `--handler exec` runs per task, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Runs the node until a signal, then shuts it down gracefully.
+pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
+    let handler = build_handler(&args)?;
+    let mut signals = Signals::new()?;
+    let mut builder = Scheduler::builder(config);
+    if args.queues.is_empty() {
+        builder = builder.default_handler(serve(handler));
+    } else {
+        for queue in &args.queues {
+            builder = builder.handler(queue, serve(handler.clone()));
+        }
+    }
+    let scheduler = tokio::select! {
+        started = builder.start() => started?,
+        name = signals.next() => exit_at_once(name, "while starting"),
+    };
+    let queues = if args.queues.is_empty() {
+        "*".to_owned()
+    } else {
+        args.queues.join(",")
+    };
+    tracing::info!(node = %scheduler.node_id(), %queues, handler = ?args.handler, "delayq node running; SIGINT or SIGTERM stops it");
+
+    let name = signals.next().await;
+    tracing::info!(signal = name, node = %scheduler.node_id(), "shutting down: draining running tasks, then leaving the cluster");
+    tokio::spawn(async move {
+        let name = signals.next().await;
+        exit_at_once(name, "during the graceful shutdown");
+    });
+    scheduler.shutdown().await?;
+    tracing::info!(node = %scheduler.node_id(), "node stopped");
+    Ok(())
+}
+
+/// The handler the flags ask for; a missing or extra flag is a usage error.
+fn build_handler(args: &NodeArgs) -> CliResult<NodeHandler> {
+    if args.url.is_some() && args.handler != HandlerKind::Http {
+        return Err(CliError::Usage(
+            "--url is only for --handler http".to_owned(),
+        ));
+    }
+    if !args.command.is_empty() && args.handler != HandlerKind::Exec {
+        return Err(CliError::Usage(format!(
+            "a command after `--` ({:?}) is only for --handler exec",
+            args.command.join(" ")
+        )));
+    }
+    Ok(match args.handler {
+        HandlerKind::Log => NodeHandler::Log(Arc::new(LogHandler)),
+        HandlerKind::Exec => NodeHandler::Exec(Arc::new(
+            ExecHandler::new(&args.command).map_err(CliError::Usage)?,
+        )),
+        HandlerKind::Http => {
+            let url = args.url.as_deref().unwrap_or_default();
+            NodeHandler::Http(Arc::new(HttpHandler::new(url).map_err(CliError::Usage)?))
+        }
+    })
+}
+
+/// The handler as the engine takes it.
+fn serve(handler: NodeHandler) -> impl Fn(Task) -> HandlerFuture + Send + Sync + 'static {
+    move |task: Task| -> HandlerFuture { Box::pin(handler.clone().run(task)) }
+}
+
+/// Leaves at once after a signal: exit status 130, like a shell after Ctrl-C.
+fn exit_at_once(signal: &str, when: &str) -> ! {
+    eprintln!("error: {signal} {when}: exiting at once");
+    std::process::exit(130)
+}
+
+/// SIGINT and SIGTERM, listened to from the start (so that neither kills the process
+/// with its default action while the node starts or drains).
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
+impl Signals {
+    fn new() -> CliResult<Self> {
+        let listen = |kind: SignalKind| {
+            signal(kind)
+                .map_err(|error| CliError::Runtime(format!("cannot listen for signals: {error}")))
+        };
+        Ok(Signals {
+            interrupt: listen(SignalKind::interrupt())?,
+            terminate: listen(SignalKind::terminate())?,
+        })
+    }
+
+    /// Waits for the next SIGINT or SIGTERM and names it.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `delayq stats [--watch [INTERVAL]]`: per-queue counts.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use delayq_engine::config::Config;
+use delayq_engine::Scheduler;
+use delayq_storage::PartitionStats;
+use serde_json::{json, Map, Value};
+
+use super::error::CliResult;
+use super::output::{print_json, write_stdout, Table};
+use super::{close, producer, values};
+
+/// The arguments of `delayq stats`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Columns: PENDING tasks waiting (due or not), DUE_NOW pending tasks already due, INFLIGHT
+claimed and running, DEAD dead letters, DONE completed tasks kept for dedup.
+With --json: one object per refresh, {\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\"}}.")]
+pub struct StatsArgs {
+    /// Refresh every INTERVAL (default 2s) until Ctrl-C.
+    #[arg(
+        long,
+        value_name = "INTERVAL",
+        num_args = 0..=1,
+        default_missing_value = "2s",
+        value_parser = values::duration
+    )]
+    watch: Option<Duration>,
+}
+
+/// Prints the counts once, or every interval with `--watch`.
+pub async fn run(args: StatsArgs, json: bool, config: Config) -> CliResult<()> {
+    let scheduler = producer(config).await?;
+    let result = match args.watch {
+        None => print_once(&scheduler, json, false).await,
+        Some(interval) => watch(&scheduler, json, interval).await,
+    };
+    close(scheduler).await;
+    result
+}
+
+async fn watch(scheduler: &Scheduler, json: bool, interval: Duration) -> CliResult<()> {
+    let clear = !json && std::io::stdout().is_terminal();
+    let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(100)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => print_once(scheduler, json, clear).await?,
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}
+
+async fn print_once(scheduler: &Scheduler, json: bool, clear: bool) -> CliResult<()> {
+    let stats = scheduler.stats().await?;
+    if json {
+        return print_json(&stats_json(&stats));
+    }
+    let mut text = String::new();
+    if clear {
+        // Clear the screen and go home, so the table refreshes in place.
+        text.push_str("\x1b[2J\x1b[H");
+    }
+    text.push_str(&stats_table(&stats));
+    if !clear && !text.is_empty() {
+        text.push('\n');
+    }
+    write_stdout(&text)
+}
+
+fn stats_json(stats: &BTreeMap<String, PartitionStats>) -> Value {
+    let object: Map<String, Value> = stats
+        .iter()
+        .map(|(queue, counts)| {
+            let counts = json!({
+                "pending": counts.pending,
+                "due_now": counts.due_now,
+                "inflight": counts.inflight,
+                "dead": counts.dead,
+                "done": counts.done,
+            });
+            (queue.clone(), counts)
+        })
+        .collect();
+    Value::Object(object)
+}
+
+fn stats_table(stats: &BTreeMap<String, PartitionStats>) -> String {
+    if stats.is_empty() {
+        return "no queues yet\n".to_owned();
+    }
+    let mut table = Table::new(&[
+        ("QUEUE", false),
+        ("PENDING", true),
+        ("DUE_NOW", true),
+        ("INFLIGHT", true),
+        ("DEAD", true),
+        ("DONE", true),
+    ]);
+    for (queue, counts) in stats {
+        table.row(vec![
+            queue.clone(),
+            counts.pending.to_string(),
+            counts.due_now.to_string(),
+            counts.inflight.to_string(),
+            counts.dead.to_string(),
+            counts.done.to_string(),
+        ]);
+    }
+    table.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_print_as_json_by_queue_and_as_a_table() {
+        let mut stats = BTreeMap::new();
+        stats.insert(
+            "orders".to_owned(),
+            PartitionStats {
+                pending: 3,
+                due_now: 1,
+                inflight: 2,
+                dead: 0,
+                done: 9,
+            },
+        );
+        assert_eq!(
+            stats_json(&stats),
+            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
+        );
+        let table = stats_table(&stats);
+        assert!(table.starts_with("QUEUE   PENDING"), "{table}");
+        assert!(table.contains("orders"), "{table}");
+    }
+}

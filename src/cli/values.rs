@@ -1,0 +1,145 @@
+//! Parsers for command line values (durations, absolute times, queue names) and the
+//! encoding of payloads in JSON output.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use delayq_storage::{QueueName, TaskId};
+use serde_json::{Map, Value};
+
+/// A humantime duration (`500ms`, `30s`, `1h 30m`), for clap.
+pub fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|error| format!("{error} (expected a duration such as 500ms, 30s, 5m or 1h 30m)"))
+}
+
+/// An absolute due time, for clap: milliseconds since the Unix epoch, or an RFC 3339 time in
+/// UTC (`2030-01-01T09:00:00Z`; the `T` may be a space, the `Z` and fractions are optional).
+pub fn at_time(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
+        return text
+            .parse::<u64>()
+            .map_err(|error| format!("{error} (expected milliseconds since the Unix epoch)"));
+    }
+    let time = humantime::parse_rfc3339_weak(text).map_err(|error| {
+        format!(
+            "{error} (expected milliseconds since the Unix epoch or an RFC 3339 UTC time such as 2030-01-01T09:00:00Z)"
+        )
+    })?;
+    let since_epoch = time
+        .duration_since(UNIX_EPOCH)
+        .map_err(|_| "the time is before 1970".to_owned())?;
+    u64::try_from(since_epoch.as_millis()).map_err(|_| "the time is too far ahead".to_owned())
+}
+
+/// A valid queue name, for clap (checked before any connection is made).
+pub fn queue_name(text: &str) -> Result<String, String> {
+    QueueName::new(text)
+        .map(|_| text.to_owned())
+        .map_err(|error| error.to_string())
+}
+
+/// A valid task id, for clap.
+pub fn task_id(text: &str) -> Result<String, String> {
+    TaskId::new(text)
+        .map(|_| text.to_owned())
+        .map_err(|error| error.to_string())
+}
+
+/// Milliseconds since the epoch on this machine's clock (only for display of ages).
+pub fn local_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Puts the payload into `object`: as `"payload"` (a string) when it is UTF-8, else as
+/// `"payload_base64"`.
+pub fn insert_payload(object: &mut Map<String, Value>, payload: &[u8]) {
+    match std::str::from_utf8(payload) {
+        Ok(text) => object.insert("payload".to_owned(), Value::from(text)),
+        Err(_) => object.insert("payload_base64".to_owned(), Value::from(base64(payload))),
+    };
+}
+
+/// Standard base64 with padding (RFC 4648), for payloads that are not UTF-8.
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        let sextets = [n >> 18, n >> 12, n >> 6, n];
+        for (index, sextet) in sextets.iter().enumerate() {
+            if index <= chunk.len() {
+                out.push(char::from(ALPHABET[(sextet & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A duration as a short human text (`1.2s`, `3m 4s`), for tables.
+pub fn short_duration(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else {
+        humantime::format_duration(Duration::from_secs(ms / 1000)).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        let vectors = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (input, expected) in vectors {
+            assert_eq!(base64(input.as_bytes()), expected, "input {input:?}");
+        }
+        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
+    }
+
+    #[test]
+    fn at_time_accepts_epoch_ms_and_rfc3339_utc() {
+        assert_eq!(at_time("1700000000000"), Ok(1_700_000_000_000));
+        assert_eq!(at_time("2023-11-14T22:13:20Z"), Ok(1_700_000_000_000));
+        assert_eq!(at_time("2023-11-14 22:13:20.5"), Ok(1_700_000_000_500));
+        assert!(at_time("tomorrow")
+            .expect_err("not a time")
+            .contains("RFC 3339"));
+        assert!(at_time("").is_err());
+    }
+
+    #[test]
+    fn non_utf8_payload_goes_to_payload_base64() {
+        let mut object = Map::new();
+        insert_payload(&mut object, &[0xff, 0x00]);
+        assert_eq!(object.get("payload_base64"), Some(&Value::from("/wA=")));
+        let mut object = Map::new();
+        insert_payload(&mut object, b"{\"a\":1}");
+        assert_eq!(object.get("payload"), Some(&Value::from("{\"a\":1}")));
+    }
+
+    #[test]
+    fn short_duration_is_readable() {
+        assert_eq!(short_duration(1234), "1.2s");
+        assert_eq!(short_duration(184_000), "3m 4s");
+    }
+}
