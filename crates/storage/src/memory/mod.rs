@@ -1,0 +1,360 @@
+//! The in-memory backend: the same semantics as the Redis backend, in process.
+//!
+//! It serves the embedded demo, users' unit tests, and simulations of many nodes in one
+//! process (clones of a [`MemoryStore`] share one state). It is held to the same
+//! conformance suite as the Redis backend.
+//!
+//! # Implementation
+//! Each partition is a [`PartitionState`] behind its own mutex: every operation on a
+//! partition takes the lock once and runs to completion, which gives the atomicity that the
+//! Redis backend gets from one Lua script per partition slot. Pending, in-flight, dead and
+//! done tasks are indexed by time in ordered sets, so claiming, peeking and requeueing cost
+//! `O(log n)` per task, not a scan.
+
+mod index;
+mod partition;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use parking_lot::{Mutex, RwLock};
+
+use self::partition::{PartitionState, StaleLease};
+use crate::error::{StorageError, StorageResult};
+use crate::model::{
+    validate_due, AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask,
+    Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StoreOptions, TaskId,
+    TaskInfo,
+};
+use crate::store::{ItemResult, TaskStore};
+
+/// The most partitions a queue may have (the same bound as the Redis backend).
+const MAX_PARTITIONS: u32 = 65_536;
+
+/// A clock in milliseconds since the Unix epoch.
+type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The in-memory task store.
+///
+/// Cloning is cheap and the clones share one state, so several in-process "nodes" can work
+/// on the same store.
+///
+/// ```
+/// use delayq_storage::{MemoryStore, NewTask, Partition, QueueName, ScheduleMode, TaskId, TaskStore};
+/// # async fn demo() -> Result<(), delayq_storage::StorageError> {
+/// let store = MemoryStore::new(Default::default());
+/// let node_b = store.clone(); // sees the same tasks
+/// let partition = Partition::new(QueueName::new("reminders")?, 0);
+/// store.register_queue(&partition.queue, 1).await?;
+/// let task = NewTask { id: TaskId::new("r-1")?, due_ms: 1_000, payload: "hi".into() };
+/// store.schedule(&partition, task, ScheduleMode::Upsert).await?;
+/// let batch = node_b.claim_due(&partition, 1_000, 10, 31_000, "node-b").await?;
+/// assert_eq!(batch.tasks.len(), 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    options: StoreOptions,
+    clock: Clock,
+    queues: RwLock<BTreeMap<QueueName, u32>>,
+    partitions: RwLock<HashMap<Partition, Arc<Mutex<PartitionState>>>>,
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("options", &self.inner.options)
+            .field("queues", &*self.inner.queues.read())
+            .field("partitions", &self.inner.partitions.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Milliseconds since the Unix epoch on this machine's clock.
+fn system_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl MemoryStore {
+    /// A new empty store on the system clock.
+    pub fn new(options: StoreOptions) -> Self {
+        Self::with_clock(options, Arc::new(system_clock_ms))
+    }
+
+    /// A new empty store on the given clock (milliseconds since the epoch), which stamps
+    /// completions and dead letters and ages done records for dedup.
+    pub fn with_clock(options: StoreOptions, clock: Arc<dyn Fn() -> u64 + Send + Sync>) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                options,
+                clock,
+                queues: RwLock::new(BTreeMap::new()),
+                partitions: RwLock::new(HashMap::new()),
+            }),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        (self.inner.clock)()
+    }
+
+    /// Fails with `NoSuchPartition` when the queue is registered with fewer partitions.
+    fn check_partition(&self, partition: &Partition) -> StorageResult<()> {
+        match self.inner.queues.read().get(&partition.queue) {
+            Some(&partitions) if partition.index >= partitions => {
+                Err(StorageError::NoSuchPartition {
+                    queue: partition.queue.to_string(),
+                    index: partition.index,
+                    partitions,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The partition's state, created on first write.
+    fn partition(&self, partition: &Partition) -> StorageResult<Arc<Mutex<PartitionState>>> {
+        self.check_partition(partition)?;
+        if let Some(state) = self.inner.partitions.read().get(partition) {
+            return Ok(Arc::clone(state));
+        }
+        let mut partitions = self.inner.partitions.write();
+        Ok(Arc::clone(partitions.entry(partition.clone()).or_default()))
+    }
+
+    /// The partition's state if anything was ever written to it.
+    fn existing(&self, partition: &Partition) -> StorageResult<Option<Arc<Mutex<PartitionState>>>> {
+        self.check_partition(partition)?;
+        Ok(self.inner.partitions.read().get(partition).cloned())
+    }
+
+    /// Validates and schedules one task.
+    fn schedule_one(
+        &self,
+        partition: &Partition,
+        task: NewTask,
+        mode: ScheduleMode,
+    ) -> StorageResult<ScheduleOutcome> {
+        let max = self.inner.options.max_payload;
+        if task.payload.len() > max {
+            return Err(StorageError::PayloadTooLarge {
+                id: task.id.to_string(),
+                size: task.payload.len(),
+                max,
+            });
+        }
+        validate_due(task.due_ms)?;
+        let state = self.partition(partition)?;
+        let now_ms = self.now_ms();
+        let outcome =
+            state
+                .lock()
+                .schedule(task, mode, now_ms, self.inner.options.executed_retention_ms);
+        Ok(outcome)
+    }
+}
+
+fn stale(token: &LeaseToken) -> impl FnOnce(StaleLease) -> StorageError + '_ {
+    move |StaleLease| StorageError::StaleLease {
+        partition: token.partition.to_string(),
+        id: token.id.to_string(),
+    }
+}
+
+#[async_trait]
+impl TaskStore for MemoryStore {
+    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(StorageError::InvalidPartitionCount {
+                queue: queue.to_string(),
+                partitions,
+            });
+        }
+        let mut queues = self.inner.queues.write();
+        let recorded = *queues.entry(queue.clone()).or_insert(partitions);
+        if recorded != partitions {
+            return Err(StorageError::PartitionMismatch {
+                queue: queue.to_string(),
+                configured: partitions,
+                recorded,
+            });
+        }
+        Ok(recorded)
+    }
+
+    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+        let queues = self.inner.queues.read();
+        Ok(queues.iter().map(|(name, &n)| (name.clone(), n)).collect())
+    }
+
+    async fn schedule(
+        &self,
+        partition: &Partition,
+        task: NewTask,
+        mode: ScheduleMode,
+    ) -> StorageResult<ScheduleOutcome> {
+        self.schedule_one(partition, task, mode)
+    }
+
+    async fn schedule_many(
+        &self,
+        items: Vec<(Partition, NewTask)>,
+        mode: ScheduleMode,
+    ) -> StorageResult<Vec<ItemResult>> {
+        Ok(items
+            .into_iter()
+            .map(|(partition, task)| self.schedule_one(&partition, task, mode))
+            .collect())
+    }
+
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().cancel(id),
+            None => false,
+        })
+    }
+
+    async fn get(&self, partition: &Partition, id: &TaskId) -> StorageResult<Option<TaskInfo>> {
+        let Some(state) = self.existing(partition)? else {
+            return Ok(None);
+        };
+        let now_ms = self.now_ms();
+        let info = state
+            .lock()
+            .get(id, now_ms, self.inner.options.executed_retention_ms);
+        Ok(info)
+    }
+
+    async fn claim_due(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+        lease_deadline_ms: u64,
+        owner: &str,
+    ) -> StorageResult<ClaimBatch> {
+        let Some(state) = self.existing(partition)? else {
+            return Ok(ClaimBatch::default());
+        };
+        let batch = state
+            .lock()
+            .claim_due(partition, now_ms, limit, lease_deadline_ms);
+        tracing::trace!(%partition, owner, claimed = batch.tasks.len(), "claimed due tasks");
+        Ok(batch)
+    }
+
+    async fn peek_window(
+        &self,
+        partition: &Partition,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().peek_window(from_ms, to_ms, limit),
+            None => Vec::new(),
+        })
+    }
+
+    async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
+        let state = self.partition(&token.partition)?;
+        let now_ms = self.now_ms();
+        let completed = state.lock().ack(token, now_ms).map_err(stale(token))?;
+        Ok(if completed {
+            AckOutcome::Completed
+        } else {
+            AckOutcome::Superseded
+        })
+    }
+
+    async fn fail(
+        &self,
+        token: &LeaseToken,
+        error: &str,
+        action: FailAction,
+    ) -> StorageResult<FailOutcome> {
+        if let FailAction::RetryAt(retry_ms) = action {
+            validate_due(retry_ms)?;
+        }
+        let state = self.partition(&token.partition)?;
+        let now_ms = self.now_ms();
+        let outcome = state.lock().fail(token, error, action, now_ms);
+        outcome.map_err(stale(token))
+    }
+
+    async fn renew(&self, token: &LeaseToken, lease_deadline_ms: u64) -> StorageResult<()> {
+        let state = self.partition(&token.partition)?;
+        let renewed = state.lock().renew(token, lease_deadline_ms);
+        renewed.map_err(stale(token))
+    }
+
+    async fn requeue_expired(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<TaskId>> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().requeue_expired(now_ms, limit),
+            None => Vec::new(),
+        })
+    }
+
+    async fn prune_done(
+        &self,
+        partition: &Partition,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> StorageResult<u64> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().prune_done(older_than_ms, limit),
+            None => 0,
+        })
+    }
+
+    async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().stats(now_ms),
+            None => PartitionStats::default(),
+        })
+    }
+
+    async fn list_dead(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<DeadTask>> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().list_dead(limit),
+            None => Vec::new(),
+        })
+    }
+
+    async fn retry_dead(
+        &self,
+        partition: &Partition,
+        id: &TaskId,
+        due_ms: u64,
+    ) -> StorageResult<bool> {
+        validate_due(due_ms)?;
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().retry_dead(id, due_ms),
+            None => false,
+        })
+    }
+
+    async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().purge_dead(id),
+            None => 0,
+        })
+    }
+}

@@ -1,0 +1,192 @@
+//! The executed-set: dedup of schedules that already fired, prune_done, retention.
+
+use std::time::Duration;
+
+use delayq_storage::{
+    AckOutcome, ScheduleMode, ScheduleOutcome, StoreOptions, TaskState, MAX_DUE_MS,
+};
+
+use super::*;
+
+pub async fn same_id_and_due_after_ack_is_duplicate_and_never_claimable(make: Make) {
+    let (store, p) = setup(make).await;
+    complete(&store, &p, "a", T0).await;
+    let outcome = schedule(&store, &p, "a", T0).await;
+    assert_eq!(outcome, ScheduleOutcome::Duplicate);
+    assert!(outcome.duplicate() && !outcome.replaced());
+    assert!(
+        claim_all(&store, &p, MAX_DUE_MS).await.is_empty(),
+        "a duplicate never fires"
+    );
+    assert_eq!(get(&store, &p, "a").await.state, TaskState::Done);
+    let stats = store.stats(&p, T0).await.expect("stats");
+    assert_eq!((stats.pending, stats.done), (0, 1));
+}
+
+pub async fn if_absent_with_the_same_due_after_ack_is_duplicate(make: Make) {
+    let (store, p) = setup(make).await;
+    complete(&store, &p, "a", T0).await;
+    let outcome = store
+        .schedule(&p, task("a", T0), ScheduleMode::IfAbsent)
+        .await
+        .expect("schedule");
+    assert_eq!(outcome, ScheduleOutcome::Duplicate);
+    assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
+}
+
+pub async fn different_due_after_ack_rearms_the_id(make: Make) {
+    let (store, p) = setup(make).await;
+    complete(&store, &p, "a", T0).await;
+    assert_eq!(
+        schedule(&store, &p, "a", T0 + 1).await,
+        ScheduleOutcome::Created
+    );
+    let info = get(&store, &p, "a").await;
+    assert_eq!(
+        (info.state, info.due_ms, info.attempt),
+        (TaskState::Pending, T0 + 1, 1)
+    );
+    let again = claim_one(&store, &p, T0 + 1).await;
+    assert_eq!(
+        store.ack(&again.token).await.expect("ack"),
+        AckOutcome::Completed
+    );
+    assert_eq!(
+        schedule(&store, &p, "a", T0 + 1).await,
+        ScheduleOutcome::Duplicate
+    );
+}
+
+pub async fn after_prune_done_the_same_due_is_no_longer_duplicate(make: Make) {
+    let (store, p) = setup(make).await;
+    complete(&store, &p, "a", T0).await;
+    assert_eq!(
+        store
+            .prune_done(&p, MAX_DUE_MS, 100)
+            .await
+            .expect("prune_done"),
+        1
+    );
+    assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
+    assert_eq!(store.stats(&p, T0).await.expect("stats").done, 0);
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Created
+    );
+    assert_eq!(claim_one(&store, &p, T0).await.id, id("a"));
+}
+
+pub async fn prune_done_only_forgets_tasks_completed_before_the_cutoff(make: Make) {
+    let (store, p) = setup(make).await;
+    complete(&store, &p, "first", T0).await;
+    let first_ms = get(&store, &p, "first")
+        .await
+        .state_since_ms
+        .expect("completion time");
+    // Completion stamps come from the store's clock; T0 lies before any of them.
+    assert_eq!(store.prune_done(&p, T0, 100).await.expect("prune_done"), 0);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    complete(&store, &p, "second", T0).await;
+    let second_ms = get(&store, &p, "second")
+        .await
+        .state_since_ms
+        .expect("completion time");
+    assert!(
+        second_ms > first_ms,
+        "the store's clock advanced: {first_ms} then {second_ms}"
+    );
+    assert_eq!(
+        store
+            .prune_done(&p, second_ms, 100)
+            .await
+            .expect("prune_done"),
+        1
+    );
+    assert_eq!(store.get(&p, &id("first")).await.expect("get"), None);
+    assert_eq!(get(&store, &p, "second").await.state, TaskState::Done);
+    assert_eq!(
+        schedule(&store, &p, "second", T0).await,
+        ScheduleOutcome::Duplicate
+    );
+}
+
+pub async fn prune_done_respects_the_limit(make: Make) {
+    let (store, p) = setup(make).await;
+    for n in 0..5 {
+        complete(&store, &p, &format!("t-{n}"), T0 + n).await;
+    }
+    assert_eq!(
+        store
+            .prune_done(&p, MAX_DUE_MS, 2)
+            .await
+            .expect("prune_done"),
+        2
+    );
+    assert_eq!(store.stats(&p, T0).await.expect("stats").done, 3);
+    assert_eq!(
+        store
+            .prune_done(&p, MAX_DUE_MS, 100)
+            .await
+            .expect("prune_done"),
+        3
+    );
+    assert_eq!(
+        store
+            .prune_done(&p, MAX_DUE_MS, 100)
+            .await
+            .expect("prune_done"),
+        0
+    );
+}
+
+pub async fn dedup_ends_after_the_executed_retention(make: Make) {
+    let options = StoreOptions {
+        executed_retention_ms: 300,
+        ..StoreOptions::default()
+    };
+    let (store, p) = setup_with(make, options).await;
+    complete(&store, &p, "a", T0).await;
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate
+    );
+    // Each attempt that is still a duplicate stores nothing, so retrying is harmless.
+    eventually(
+        Duration::from_secs(5),
+        "the same (id, due) is accepted again",
+        || async { schedule(&store, &p, "a", T0).await == ScheduleOutcome::Created },
+    )
+    .await;
+    assert_eq!(claim_one(&store, &p, T0).await.id, id("a"));
+}
+
+pub async fn requeued_task_dedups_on_the_due_it_was_scheduled_with(make: Make) {
+    let (store, p) = setup(make).await;
+    lose_lease(&store, &p, "a").await;
+    let claimed = claim_one(&store, &p, T0 + 2_000).await;
+    assert_eq!(
+        store.ack(&claimed.token).await.expect("ack"),
+        AckOutcome::Completed
+    );
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate
+    );
+}
+
+pub async fn retried_task_dedups_on_the_due_it_was_scheduled_with(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let first = claim_one(&store, &p, T0).await;
+    retry_at(&store, &first, "boom", T0 + 1_000).await;
+    let second = claim_one(&store, &p, T0 + 1_000).await;
+    assert_eq!(
+        store.ack(&second.token).await.expect("ack"),
+        AckOutcome::Completed
+    );
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate,
+        "the producer re-sends the due it scheduled, not the retry's"
+    );
+}

@@ -1,0 +1,383 @@
+//! The conformance suite of [`TaskStore`]: written once, run against every backend.
+//!
+//! A backend's test file defines a factory `fn(StoreOptions) -> SubjectFuture` that builds a
+//! fresh, empty store (with its own server, if it needs one) and invokes
+//! [`conformance_suite!`] with it; the macro stamps out one `#[tokio::test]` per case, grouped
+//! in modules (`schedule::replace_reports_the_previous_due`, ...). Every case is a `pub async
+//! fn(Make)` in one of the group modules below: a case left out of the macro's list is an
+//! unused function, which the lints reject.
+//!
+//! Times: due times, `now` and lease deadlines are the caller's, so cases use fixed times
+//! around [`T0`]. The only times a backend takes itself (completion and failure stamps, the
+//! dedup age) are real: Redis reads its own `TIME`, so no case fakes that clock.
+
+pub mod claim;
+pub mod dead;
+pub mod dedup;
+pub mod input;
+pub mod lease;
+pub mod queues;
+pub mod races;
+pub mod schedule;
+
+use std::any::Any;
+use std::future::Future;
+use std::ops::Deref;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use delayq_storage::{
+    AckOutcome, ClaimedTask, FailAction, FailOutcome, NewTask, Partition, QueueName, ScheduleMode,
+    ScheduleOutcome, StoreOptions, TaskId, TaskInfo, TaskStore,
+};
+
+/// A fixed point in time (2023-11-14) around which cases place their due times.
+pub const T0: u64 = 1_700_000_000_000;
+
+/// The lease deadline cases give claims: far enough after [`T0`] that nothing expires unless
+/// a case asks for it.
+pub const LEASE: u64 = T0 + 60_000;
+
+/// A store under test, and whatever must live as long as it (a private server).
+pub struct Subject {
+    store: Arc<dyn TaskStore>,
+    _guard: Option<Box<dyn Any + Send>>,
+}
+
+impl Subject {
+    /// Wraps a fresh store; `guard` is dropped after the store.
+    pub fn new(store: Arc<dyn TaskStore>, guard: Option<Box<dyn Any + Send>>) -> Self {
+        Subject {
+            store,
+            _guard: guard,
+        }
+    }
+
+    /// A shared handle, for tasks spawned by concurrent cases.
+    pub fn shared(&self) -> Arc<dyn TaskStore> {
+        Arc::clone(&self.store)
+    }
+}
+
+impl Deref for Subject {
+    type Target = dyn TaskStore;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.store
+    }
+}
+
+/// What a factory returns.
+pub type SubjectFuture = Pin<Box<dyn Future<Output = Subject> + Send>>;
+
+/// A backend's factory: a fresh, empty store with these options.
+pub type Make = fn(StoreOptions) -> SubjectFuture;
+
+/// A fresh store with default options, one registered queue of one partition, and that
+/// partition (every id routes to it).
+pub async fn setup(make: Make) -> (Subject, Partition) {
+    setup_with(make, StoreOptions::default()).await
+}
+
+/// Like [`setup`], with options.
+pub async fn setup_with(make: Make, options: StoreOptions) -> (Subject, Partition) {
+    let store = make(options).await;
+    let partition = register(&store, "conformance", 1).await;
+    (store, partition)
+}
+
+/// Registers `name` with `partitions` partitions and returns its partition 0.
+pub async fn register(store: &Subject, name: &str, partitions: u32) -> Partition {
+    let queue = QueueName::new(name).expect("valid queue name");
+    let recorded = store
+        .register_queue(&queue, partitions)
+        .await
+        .expect("register_queue");
+    assert_eq!(recorded, partitions);
+    Partition::new(queue, 0)
+}
+
+/// A valid task id.
+pub fn id(name: &str) -> TaskId {
+    TaskId::new(name).expect("valid task id")
+}
+
+/// A task with a payload naming it.
+pub fn task(name: &str, due_ms: u64) -> NewTask {
+    NewTask {
+        id: id(name),
+        due_ms,
+        payload: format!("payload of {name}").into(),
+    }
+}
+
+/// Schedules with upsert and returns the outcome.
+pub async fn schedule(
+    store: &Subject,
+    partition: &Partition,
+    name: &str,
+    due_ms: u64,
+) -> ScheduleOutcome {
+    store
+        .schedule(partition, task(name, due_ms), ScheduleMode::Upsert)
+        .await
+        .expect("schedule")
+}
+
+/// Stores `items` with one `schedule_many` (upsert) and checks each one was created.
+pub async fn create_all(store: &Subject, items: Vec<(Partition, NewTask)>) {
+    let count = items.len();
+    let results = store
+        .schedule_many(items, ScheduleMode::Upsert)
+        .await
+        .expect("schedule_many");
+    assert_eq!(results.len(), count);
+    for (index, result) in results.iter().enumerate() {
+        assert!(
+            matches!(result, Ok(ScheduleOutcome::Created)),
+            "item {index}: {result:?}"
+        );
+    }
+}
+
+/// Claims every task due at `now_ms` with [`LEASE`].
+pub async fn claim_all(store: &Subject, partition: &Partition, now_ms: u64) -> Vec<ClaimedTask> {
+    store
+        .claim_due(partition, now_ms, 10_000, LEASE, "conformance")
+        .await
+        .expect("claim_due")
+        .tasks
+}
+
+/// Claims exactly one task due at `now_ms`, with [`LEASE`].
+pub async fn claim_one(store: &Subject, partition: &Partition, now_ms: u64) -> ClaimedTask {
+    let mut tasks = claim_all(store, partition, now_ms).await;
+    assert_eq!(tasks.len(), 1, "expected one claimed task: {tasks:?}");
+    tasks.remove(0)
+}
+
+/// Claims the one task due at `now_ms`, with a lease until `lease_deadline_ms`.
+pub async fn claim_one_until(
+    store: &Subject,
+    partition: &Partition,
+    now_ms: u64,
+    lease_deadline_ms: u64,
+) -> ClaimedTask {
+    let batch = store
+        .claim_due(partition, now_ms, 1, lease_deadline_ms, "conformance")
+        .await
+        .expect("claim_due");
+    let mut tasks = batch.tasks;
+    assert_eq!(tasks.len(), 1, "expected one claimed task: {tasks:?}");
+    tasks.remove(0)
+}
+
+/// Schedules `name` at [`T0`], claims it with a lease until `T0 + 1s`, and lets
+/// `requeue_expired` take it back at `T0 + 2s`: the claim returned holds a stale token and
+/// the task is pending again, due at once.
+pub async fn lose_lease(store: &Subject, partition: &Partition, name: &str) -> ClaimedTask {
+    schedule(store, partition, name, T0).await;
+    let lost = claim_one_until(store, partition, T0, T0 + 1_000).await;
+    let requeued = store
+        .requeue_expired(partition, T0 + 2_000, 10)
+        .await
+        .expect("requeue_expired");
+    assert_eq!(requeued, [id(name)]);
+    lost
+}
+
+/// Acks a claimed task and returns the outcome.
+pub async fn ack(store: &Subject, claimed: &ClaimedTask) -> AckOutcome {
+    store.ack(&claimed.token).await.expect("ack")
+}
+
+/// Fails a claimed task with a retry at `retry_ms`.
+pub async fn retry_at(
+    store: &Subject,
+    claimed: &ClaimedTask,
+    error: &str,
+    retry_ms: u64,
+) -> FailOutcome {
+    store
+        .fail(&claimed.token, error, FailAction::RetryAt(retry_ms))
+        .await
+        .expect("fail")
+}
+
+/// Fails a claimed task into the dead letters.
+pub async fn dead_letter(store: &Subject, claimed: &ClaimedTask, error: &str) -> FailOutcome {
+    store
+        .fail(&claimed.token, error, FailAction::DeadLetter)
+        .await
+        .expect("fail")
+}
+
+/// Schedules `name` at `due_ms`, claims it and acks it.
+pub async fn complete(store: &Subject, partition: &Partition, name: &str, due_ms: u64) {
+    schedule(store, partition, name, due_ms).await;
+    let claimed = claim_one(store, partition, due_ms).await;
+    assert_eq!(ack(store, &claimed).await, AckOutcome::Completed);
+}
+
+/// Schedules `name` at `due_ms`, claims it and dead-letters it with `error`.
+pub async fn schedule_dead(
+    store: &Subject,
+    partition: &Partition,
+    name: &str,
+    due_ms: u64,
+    error: &str,
+) {
+    schedule(store, partition, name, due_ms).await;
+    let claimed = claim_one(store, partition, due_ms).await;
+    assert_eq!(
+        dead_letter(store, &claimed, error).await,
+        FailOutcome::DeadLettered
+    );
+}
+
+/// The task, which must exist.
+pub async fn get(store: &Subject, partition: &Partition, name: &str) -> TaskInfo {
+    store
+        .get(partition, &id(name))
+        .await
+        .expect("get")
+        .unwrap_or_else(|| panic!("task {name} not found"))
+}
+
+/// The ids of claimed tasks, as strings.
+pub fn ids(tasks: &[ClaimedTask]) -> Vec<&str> {
+    tasks.iter().map(|task| task.id.as_str()).collect()
+}
+
+/// Polls `condition` every 20 ms until it holds or `within` runs out.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Stamps out the suite for one backend: `conformance_suite!(factory);` where `factory` is a
+/// [`Make`] in scope.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:ident) => {
+        $crate::conformance_suite!(@groups $make;
+            schedule: [
+                schedule_creates_a_pending_task_visible_in_get,
+                schedule_in_the_past_is_claimable_at_once,
+                schedule_again_replaces_and_reports_the_previous_due,
+                replace_bumps_the_generation_and_resets_attempt_and_error,
+                replace_moves_the_task_to_its_new_due,
+                if_absent_creates_when_no_task_exists,
+                if_absent_keeps_a_pending_task_and_reports_its_due,
+                if_absent_keeps_an_inflight_task,
+                if_absent_keeps_a_dead_task,
+                upsert_replaces_a_dead_task_with_a_pending_one,
+                cancel_removes_a_pending_task,
+                cancel_of_an_unknown_id_returns_false,
+                get_of_an_unknown_id_returns_none,
+                schedule_many_stores_every_item_and_reports_in_order,
+                schedule_many_honours_if_absent,
+                schedule_many_fails_invalid_items_alone,
+                schedule_many_spreads_over_partitions,
+            ],
+            claim: [
+                claim_due_returns_due_tasks_oldest_first_with_payloads,
+                claim_due_respects_the_limit_and_reports_the_next_due,
+                claim_due_never_takes_future_tasks,
+                claim_due_on_an_empty_partition_returns_nothing,
+                claimed_task_is_inflight_until_its_lease_deadline,
+                claimed_tasks_carry_attempt_one_and_distinct_fencing_tokens,
+                peek_window_returns_pairs_within_inclusive_bounds_in_due_order,
+                peek_window_respects_the_limit_and_claims_nothing,
+                peek_window_skips_inflight_tasks,
+                partitions_are_independent,
+            ],
+            lease: [
+                ack_completes_and_keeps_a_done_record_without_payload,
+                ack_with_a_token_from_before_requeue_and_reclaim_is_stale_and_changes_nothing,
+                ack_after_requeue_without_reclaim_is_stale,
+                fail_with_a_stale_token_is_rejected_and_changes_nothing,
+                renew_with_a_stale_token_is_rejected,
+                renew_extends_the_lease_past_requeue_expired,
+                requeue_expired_puts_lapsed_leases_back_without_spending_an_attempt,
+                requeue_expired_respects_the_limit_and_leaves_live_leases,
+                fail_retry_at_increments_the_attempt_and_keeps_the_last_error,
+                fail_retry_at_is_claimable_at_the_new_time_only,
+                cancel_removes_an_inflight_task,
+                cancel_after_claim_makes_ack_superseded,
+                cancel_after_claim_makes_fail_superseded,
+                reschedule_during_inflight_makes_ack_superseded_and_the_new_schedule_stands,
+                reschedule_during_inflight_makes_fail_superseded,
+                ack_after_cancel_and_schedule_again_is_superseded_and_keeps_the_new_task,
+            ],
+            dead: [
+                fail_dead_letter_moves_the_task_to_dead_with_its_last_error,
+                list_dead_is_oldest_first_and_respects_the_limit,
+                retry_dead_makes_it_pending_at_the_due_with_attempt_one,
+                retry_dead_of_a_task_that_is_not_dead_returns_false,
+                purge_dead_of_one_id_deletes_only_that_dead_letter,
+                purge_dead_of_all_deletes_every_dead_letter_of_the_partition,
+                cancel_removes_a_dead_task,
+            ],
+            dedup: [
+                same_id_and_due_after_ack_is_duplicate_and_never_claimable,
+                if_absent_with_the_same_due_after_ack_is_duplicate,
+                different_due_after_ack_rearms_the_id,
+                after_prune_done_the_same_due_is_no_longer_duplicate,
+                prune_done_only_forgets_tasks_completed_before_the_cutoff,
+                prune_done_respects_the_limit,
+                dedup_ends_after_the_executed_retention,
+                requeued_task_dedups_on_the_due_it_was_scheduled_with,
+                retried_task_dedups_on_the_due_it_was_scheduled_with,
+            ],
+            queues: [
+                register_queue_records_the_count_and_accepts_it_again,
+                register_queue_with_another_count_is_a_partition_mismatch,
+                register_queue_rejects_zero_and_more_than_65536_partitions,
+                queues_lists_registered_queues_sorted_by_name,
+                stats_count_pending_due_now_inflight_dead_and_done,
+                stats_of_an_untouched_partition_are_zero,
+            ],
+            races: [
+                concurrent_claimers_never_share_a_task,
+                cancel_racing_claim_never_both_cancels_and_completes,
+                ack_racing_requeue_expired_is_all_or_nothing,
+                concurrent_upserts_of_one_id_leave_exactly_one_pending_task,
+            ],
+            input: [
+                queue_name_empty_is_rejected,
+                queue_name_of_65_chars_is_rejected,
+                queue_name_with_a_brace_is_rejected,
+                queue_name_with_a_colon_is_rejected,
+                queue_name_with_a_space_is_rejected,
+                queue_name_not_ascii_is_rejected,
+                task_id_empty_is_rejected,
+                task_id_over_512_bytes_is_rejected,
+                payload_over_max_payload_is_rejected_and_nothing_is_stored,
+                payload_over_max_payload_leaves_the_existing_task_alone,
+                payload_of_exactly_max_payload_is_accepted,
+                due_beyond_year_9999_is_rejected_and_nothing_is_stored,
+            ],
+        );
+    };
+    (@groups $make:ident; $($group:ident: [$($case:ident),* $(,)?]),* $(,)?) => {
+        $(
+            mod $group {
+                $(
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                    async fn $case() {
+                        $crate::conformance::$group::$case(super::$make).await;
+                    }
+                )*
+            }
+        )*
+    };
+}
