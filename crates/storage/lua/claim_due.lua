@@ -1,0 +1,59 @@
+-- claim_due.lua: moves up to `limit` due tasks of one partition from pending to in flight.
+-- KEYS[1]: due        ZSET id -> due_ms
+-- KEYS[2]: tasks      HASH id -> record
+-- KEYS[3]: inflight   ZSET id -> lease deadline
+-- ARGV[1]: now_ms (tasks with due <= now are taken, oldest due first)
+-- ARGV[2]: limit
+-- ARGV[3]: lease deadline in ms
+-- Returns: { next pending due (string) or nil, id1, record1, id2, record2, ... }; each record
+-- already carries its new claim number (the fencing token's), which is
+-- max(previous claim + 1, Redis TIME in microseconds): growing per record, and never equal to
+-- a claim of an earlier life of the same id (cancelled, then scheduled afresh at claim 0).
+-- Every candidate is decoded before anything is written: a corrupt record fails the whole
+-- call with DELAYQ_CORRUPT and nothing changes. A due entry without a record is dropped.
+
+local due_key, tasks_key, inflight_key = KEYS[1], KEYS[2], KEYS[3]
+local lease = ARGV[3]
+local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+
+local decoded = {}
+for i, id in ipairs(ids) do
+  local raw = redis.call('HGET', tasks_key, id)
+  if raw then
+    local rec, reason = decode_record(raw)
+    if not rec then
+      return corrupt(id, reason)
+    end
+    decoded[i] = { rec, raw }
+  end
+end
+
+local out = { false }
+local leases = {}
+if #ids > 0 then
+  local now_us = redis_now_us()
+  for i, id in ipairs(ids) do
+    local entry = decoded[i]
+    if entry then
+      local rec, raw = entry[1], entry[2]
+      local claim = math.max(rec.claim + 1, now_us)
+      local record = encode_record(rec.gen, rec.attempt, claim, rec.due, rec.sched, rec.err,
+        string.sub(raw, rec.payload_at))
+      redis.call('HSET', tasks_key, id, record)
+      leases[#leases + 1] = lease
+      leases[#leases + 1] = id
+      out[#out + 1] = id
+      out[#out + 1] = record
+    end
+  end
+  call_in_chunks('ZREM', due_key, ids)
+  if #leases > 0 then
+    call_in_chunks('ZADD', inflight_key, leases)
+  end
+end
+
+local next_due = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+if next_due[2] then
+  out[1] = next_due[2]
+end
+return out

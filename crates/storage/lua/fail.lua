@@ -1,0 +1,36 @@
+-- fail.lua: a handler failed; retries the task later or dead-letters it.
+-- KEYS[1]: due        ZSET id -> due_ms
+-- KEYS[2]: tasks      HASH id -> record
+-- KEYS[3]: inflight   ZSET id -> lease deadline
+-- KEYS[4]: dead       ZSET id -> failed_ms
+-- ARGV[1]: id
+-- ARGV[2]: generation of the token
+-- ARGV[3]: claim number of the token
+-- ARGV[4]: the handler's error text (kept as the record's last error)
+-- ARGV[5]: 'retry' or 'dead'
+-- ARGV[6]: for 'retry': the due time of the next attempt, in ms
+-- Returns: { 'retrying', next attempt, due } | { 'dead' } | { 'superseded' } (cancelled or
+-- scheduled again meanwhile: nothing recorded, only this claim's in-flight entry dropped).
+-- Errors: DELAYQ_STALE (nothing changed), DELAYQ_CORRUPT.
+
+local due_key, tasks_key, inflight_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local id = ARGV[1]
+local verdict, detail, raw = check_token(tasks_key, inflight_key, id, tonumber(ARGV[2]), tonumber(ARGV[3]))
+local refusal = refuse_token(verdict, detail, id, inflight_key, { 'superseded' })
+if refusal then
+  return refusal
+end
+
+local rec = detail
+local payload = string.sub(raw, rec.payload_at)
+redis.call('ZREM', inflight_key, id)
+if ARGV[5] == 'retry' then
+  local attempt = rec.attempt + 1
+  local due = ARGV[6]
+  redis.call('HSET', tasks_key, id, encode_record(rec.gen, attempt, rec.claim, due, rec.sched, ARGV[4], payload))
+  redis.call('ZADD', due_key, due, id)
+  return { 'retrying', attempt, due }
+end
+redis.call('HSET', tasks_key, id, encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, ARGV[4], payload))
+redis.call('ZADD', dead_key, redis_now_ms(), id)
+return { 'dead' }

@@ -1,0 +1,305 @@
+//! The queue registry, looking tasks up, counting, and the housekeeping operations
+//! (`cancel`, `prune_done`, dead letters).
+
+use redis::{AsyncCommands, Value};
+
+use crate::error::{StorageError, StorageResult};
+use crate::model::{DeadTask, Partition, PartitionStats, QueueName, TaskId, TaskInfo, TaskState};
+
+use super::connection::RedisStore;
+use super::error_map::{map_error, unexpected_reply};
+use super::keys::registry_key;
+use super::lease::decode;
+use super::reply::{expect_array, expect_number, number, task_id, text};
+use super::scripts::SCRIPTS;
+
+/// The most partitions a queue may have.
+const MAX_PARTITIONS: u32 = 65_536;
+/// Entries removed per script call by the bulk housekeeping operations, so no single call
+/// holds Redis for long.
+const HOUSEKEEPING_CHUNK: usize = 1_000;
+
+impl RedisStore {
+    pub(crate) async fn register(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+        const OPERATION: &str = "register_queue";
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(StorageError::InvalidPartitionCount {
+                queue: queue.to_string(),
+                partitions,
+            });
+        }
+        let key = registry_key(&self.prefix);
+        // HSETNX then HGET: both idempotent, so the pair may be retried as a read.
+        let recorded: Option<Vec<u8>> = self
+            .read(OPERATION, &key, |mut connection| {
+                let key = key.clone();
+                async move {
+                    let _: bool = connection.hset_nx(&key, queue.as_str(), partitions).await?;
+                    connection.hget(&key, queue.as_str()).await
+                }
+            })
+            .await?;
+        let recorded = parse_partitions(&key, queue.as_str(), recorded.unwrap_or_default())?;
+        if recorded != partitions {
+            return Err(StorageError::PartitionMismatch {
+                queue: queue.to_string(),
+                configured: partitions,
+                recorded,
+            });
+        }
+        Ok(recorded)
+    }
+
+    pub(crate) async fn registered_queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+        let key = registry_key(&self.prefix);
+        let entries: Vec<(Vec<u8>, Vec<u8>)> = self
+            .read("queues", &key, |mut connection| {
+                let key = key.clone();
+                async move { connection.hgetall(&key).await }
+            })
+            .await?;
+        let mut queues = Vec::with_capacity(entries.len());
+        for (name, count) in entries {
+            let name = String::from_utf8_lossy(&name).into_owned();
+            let queue = QueueName::new(&name).map_err(|error| StorageError::CorruptRecord {
+                key: key.clone(),
+                field: name.clone(),
+                reason: error.to_string(),
+            })?;
+            let partitions = parse_partitions(&key, &name, count)?;
+            queues.push((queue, partitions));
+        }
+        queues.sort();
+        Ok(queues)
+    }
+
+    pub(crate) async fn remove(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool> {
+        let keys = self.keys(partition);
+        let mut invocation = SCRIPTS.cancel.prepare_invoke();
+        invocation
+            .key(&keys.due)
+            .key(&keys.tasks)
+            .key(&keys.inflight)
+            .key(&keys.dead)
+            .arg(id.as_str());
+        let reply = self
+            .invoke(&invocation)
+            .await
+            .map_err(|error| map_error("cancel", &keys.tasks, error))?;
+        Ok(number(&reply) == Some(1))
+    }
+
+    pub(crate) async fn lookup(
+        &self,
+        partition: &Partition,
+        id: &TaskId,
+    ) -> StorageResult<Option<TaskInfo>> {
+        const OPERATION: &str = "get";
+        let keys = self.keys(partition);
+        let reply = self
+            .read(OPERATION, &keys.tasks, |mut connection| {
+                let mut invocation = SCRIPTS.get.prepare_invoke();
+                invocation
+                    .key(&keys.due)
+                    .key(&keys.tasks)
+                    .key(&keys.inflight)
+                    .key(&keys.dead)
+                    .key(&keys.done)
+                    .arg(id.as_str())
+                    .arg(self.options.executed_retention_ms);
+                async move { invocation.invoke_async(&mut connection).await }
+            })
+            .await?;
+        let values = expect_array(OPERATION, reply)?;
+        let [raw, state, score]: [Value; 3] = match values.try_into() {
+            Ok(triple) => triple,
+            Err(values) if values.is_empty() => return Ok(None),
+            Err(_) => return Err(unexpected_reply(OPERATION, "expected three values")),
+        };
+        let record = decode(&keys.tasks, id, raw)?;
+        let score = expect_number(OPERATION, &score, "the state's score")?;
+        let state = match text(state).as_deref() {
+            Some("pending") => TaskState::Pending,
+            Some("inflight") => TaskState::Inflight,
+            Some("dead") => TaskState::Dead,
+            Some("done") => TaskState::Done,
+            other => return Err(unexpected_reply(OPERATION, format!("state {other:?}"))),
+        };
+        let (due_ms, state_since_ms) = match state {
+            TaskState::Pending => (score, None),
+            _ => (record.due_ms, Some(score)),
+        };
+        Ok(Some(TaskInfo {
+            id: id.clone(),
+            state,
+            due_ms,
+            attempt: record.attempt,
+            generation: record.generation,
+            last_error: record.last_error(),
+            payload: record.payload,
+            state_since_ms,
+        }))
+    }
+
+    pub(crate) async fn count(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+    ) -> StorageResult<PartitionStats> {
+        let keys = self.keys(partition);
+        let counts: Vec<u64> = self
+            .read("stats", &keys.tasks, |mut connection| {
+                let mut pipe = redis::pipe();
+                pipe.zcard(&keys.due)
+                    .zcount(&keys.due, "-inf", now_ms)
+                    .zcard(&keys.inflight)
+                    .zcard(&keys.dead)
+                    .zcard(&keys.done);
+                async move { pipe.query_async(&mut connection).await }
+            })
+            .await?;
+        match counts[..] {
+            [pending, due_now, inflight, dead, done] => Ok(PartitionStats {
+                pending,
+                due_now,
+                inflight,
+                dead,
+                done,
+            }),
+            _ => Err(unexpected_reply("stats", "expected five counts")),
+        }
+    }
+
+    pub(crate) async fn prune(
+        &self,
+        partition: &Partition,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> StorageResult<u64> {
+        let keys = self.keys(partition);
+        let mut pruned = 0u64;
+        let mut left = limit;
+        while left > 0 {
+            let chunk = left.min(HOUSEKEEPING_CHUNK);
+            let mut invocation = SCRIPTS.prune_done.prepare_invoke();
+            invocation
+                .key(&keys.tasks)
+                .key(&keys.done)
+                .arg(older_than_ms)
+                .arg(chunk);
+            let reply = self
+                .invoke(&invocation)
+                .await
+                .map_err(|error| map_error("prune_done", &keys.tasks, error))?;
+            let removed = expect_number("prune_done", &reply, "the pruned count")?;
+            pruned += removed;
+            left -= chunk;
+            if removed < chunk as u64 {
+                break;
+            }
+        }
+        Ok(pruned)
+    }
+
+    pub(crate) async fn dead_letters(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<DeadTask>> {
+        const OPERATION: &str = "list_dead";
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = self.keys(partition);
+        let reply = self
+            .read(OPERATION, &keys.tasks, |mut connection| {
+                let mut invocation = SCRIPTS.list_dead.prepare_invoke();
+                invocation.key(&keys.tasks).key(&keys.dead).arg(limit);
+                async move { invocation.invoke_async(&mut connection).await }
+            })
+            .await?;
+        let mut values = expect_array(OPERATION, reply)?.into_iter();
+        let mut dead = Vec::new();
+        while let (Some(id), Some(failed_ms), Some(raw)) =
+            (values.next(), values.next(), values.next())
+        {
+            let id = task_id(&keys.dead, id)?;
+            let failed_ms = expect_number(OPERATION, &failed_ms, "failed_ms")?;
+            let record = decode(&keys.tasks, &id, raw)?;
+            dead.push(DeadTask {
+                id,
+                due_ms: record.due_ms,
+                attempt: record.attempt,
+                failed_ms,
+                last_error: record.last_error(),
+                payload: record.payload,
+            });
+        }
+        Ok(dead)
+    }
+
+    pub(crate) async fn revive(
+        &self,
+        partition: &Partition,
+        id: &TaskId,
+        due_ms: u64,
+    ) -> StorageResult<bool> {
+        crate::model::validate_due(due_ms)?;
+        let keys = self.keys(partition);
+        let mut invocation = SCRIPTS.retry_dead.prepare_invoke();
+        invocation
+            .key(&keys.due)
+            .key(&keys.tasks)
+            .key(&keys.dead)
+            .arg(id.as_str())
+            .arg(due_ms);
+        let reply = self
+            .invoke(&invocation)
+            .await
+            .map_err(|error| map_error("retry_dead", &keys.tasks, error))?;
+        Ok(number(&reply) == Some(1))
+    }
+
+    pub(crate) async fn purge(
+        &self,
+        partition: &Partition,
+        id: Option<&TaskId>,
+    ) -> StorageResult<u64> {
+        const OPERATION: &str = "purge_dead";
+        let keys = self.keys(partition);
+        let mut purged = 0;
+        loop {
+            let mut invocation = SCRIPTS.purge_dead.prepare_invoke();
+            invocation.key(&keys.tasks).key(&keys.dead);
+            match id {
+                Some(id) => invocation.arg("one").arg(id.as_str()),
+                None => invocation.arg("chunk").arg(HOUSEKEEPING_CHUNK),
+            };
+            let reply = self
+                .invoke(&invocation)
+                .await
+                .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
+            let removed = expect_number(OPERATION, &reply, "the purged count")?;
+            purged += removed;
+            if id.is_some() || removed < HOUSEKEEPING_CHUNK as u64 {
+                return Ok(purged);
+            }
+        }
+    }
+}
+
+/// A partition count read from the registry.
+fn parse_partitions(key: &str, queue: &str, raw: Vec<u8>) -> StorageResult<u32> {
+    std::str::from_utf8(&raw)
+        .ok()
+        .and_then(|text| text.parse::<u32>().ok())
+        .filter(|count| (1..=MAX_PARTITIONS).contains(count))
+        .ok_or_else(|| StorageError::CorruptRecord {
+            key: key.to_owned(),
+            field: queue.to_owned(),
+            reason: format!(
+                "partition count {:?} is not a number in 1..=65536",
+                String::from_utf8_lossy(&raw)
+            ),
+        })
+}

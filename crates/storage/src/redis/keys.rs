@@ -1,0 +1,59 @@
+//! Redis key names (DESIGN.md, "Storage layout in Redis").
+//!
+//! Every key of a partition carries the hash tag `{<queue>:<index>}`, so each script touches
+//! one Redis Cluster slot. Queue names cannot contain `{`, `}` or `:` (see `QueueName`), which
+//! keeps the tag unambiguous. Scripts receive these names through `KEYS`; none is built in Lua.
+
+use crate::model::Partition;
+
+/// The five keys of one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PartitionKeys {
+    /// `ZSET id -> due_ms`: pending tasks.
+    pub due: String,
+    /// `HASH id -> record`.
+    pub tasks: String,
+    /// `ZSET id -> lease_deadline_ms`: claimed tasks.
+    pub inflight: String,
+    /// `ZSET id -> completed_ms`: the executed-set for dedup.
+    pub done: String,
+    /// `ZSET id -> failed_ms`: dead letters.
+    pub dead: String,
+}
+
+impl PartitionKeys {
+    /// The keys of `partition` under `prefix`.
+    pub(crate) fn new(prefix: &str, partition: &Partition) -> Self {
+        let base = format!("{prefix}:{{{}:{}}}:", partition.queue, partition.index);
+        PartitionKeys {
+            due: format!("{base}due"),
+            tasks: format!("{base}tasks"),
+            inflight: format!("{base}inflight"),
+            done: format!("{base}done"),
+            dead: format!("{base}dead"),
+        }
+    }
+}
+
+/// `<prefix>:queues`: `HASH queue -> partition count`.
+pub(crate) fn registry_key(prefix: &str) -> String {
+    format!("{prefix}:queues")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::QueueName;
+
+    #[test]
+    fn keys_follow_the_design_layout() {
+        let queue = QueueName::new("order-timeout").expect("valid");
+        let keys = PartitionKeys::new("delayq", &Partition::new(queue, 7));
+        assert_eq!(keys.due, "delayq:{order-timeout:7}:due");
+        assert_eq!(keys.tasks, "delayq:{order-timeout:7}:tasks");
+        assert_eq!(keys.inflight, "delayq:{order-timeout:7}:inflight");
+        assert_eq!(keys.done, "delayq:{order-timeout:7}:done");
+        assert_eq!(keys.dead, "delayq:{order-timeout:7}:dead");
+        assert_eq!(registry_key("delayq"), "delayq:queues");
+    }
+}

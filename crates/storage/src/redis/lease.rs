@@ -1,0 +1,286 @@
+//! The life of a claim: `claim_due`, `ack`, `fail`, `renew`, `requeue_expired`, and the
+//! read-only `peek_window` that feeds prefetching.
+
+use redis::{RedisError, Value};
+
+use crate::error::{StorageError, StorageResult};
+use crate::model::{
+    validate_due, AckOutcome, ClaimBatch, ClaimedTask, FailAction, FailOutcome, LeaseToken,
+    Partition, TaskId,
+};
+
+use super::connection::RedisStore;
+use super::error_map::{is_stale, map_error, unexpected_reply};
+use super::record::Record;
+use super::reply::{bytes, expect_array, expect_number, number, task_id, text};
+use super::scripts::SCRIPTS;
+
+/// The longest last-error text kept in a record; longer ones are cut at a char boundary.
+pub(crate) const MAX_ERROR_BYTES: usize = 4096;
+
+impl RedisStore {
+    pub(crate) async fn claim(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+        lease_deadline_ms: u64,
+        owner: &str,
+    ) -> StorageResult<ClaimBatch> {
+        const OPERATION: &str = "claim_due";
+        let keys = self.keys(partition);
+        let mut invocation = SCRIPTS.claim_due.prepare_invoke();
+        invocation
+            .key(&keys.due)
+            .key(&keys.tasks)
+            .key(&keys.inflight)
+            .arg(now_ms)
+            .arg(limit)
+            .arg(lease_deadline_ms);
+        let reply = self
+            .invoke(&invocation)
+            .await
+            .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
+        let mut values = expect_array(OPERATION, reply)?.into_iter();
+        let next_due_ms = match values.next() {
+            None | Some(Value::Nil) => None,
+            Some(value) => Some(expect_number(OPERATION, &value, "the next due time")?),
+        };
+        let mut tasks = Vec::with_capacity(values.len() / 2);
+        while let (Some(id), Some(raw)) = (values.next(), values.next()) {
+            let id = task_id(&keys.due, id)?;
+            let record = decode(&keys.tasks, &id, raw)?;
+            tasks.push(ClaimedTask {
+                token: LeaseToken {
+                    partition: partition.clone(),
+                    id: id.clone(),
+                    generation: record.generation,
+                    claim: record.claim,
+                },
+                id,
+                due_ms: record.due_ms,
+                attempt: record.attempt,
+                generation: record.generation,
+                payload: record.payload,
+            });
+        }
+        tracing::trace!(%partition, owner, claimed = tasks.len(), ?next_due_ms, "claimed");
+        Ok(ClaimBatch { tasks, next_due_ms })
+    }
+
+    pub(crate) async fn peek(
+        &self,
+        partition: &Partition,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        const OPERATION: &str = "peek_window";
+        if limit == 0 || from_ms > to_ms {
+            return Ok(Vec::new());
+        }
+        let keys = self.keys(partition);
+        let reply: Vec<Value> = self
+            .read(OPERATION, &keys.tasks, |mut connection| {
+                let due = keys.due.clone();
+                async move {
+                    redis::cmd("ZRANGEBYSCORE")
+                        .arg(due)
+                        .arg(from_ms)
+                        .arg(to_ms)
+                        .arg("WITHSCORES")
+                        .arg("LIMIT")
+                        .arg(0)
+                        .arg(limit)
+                        .query_async(&mut connection)
+                        .await
+                }
+            })
+            .await?;
+        let mut window = Vec::with_capacity(reply.len() / 2);
+        let mut values = reply.into_iter();
+        while let (Some(id), Some(score)) = (values.next(), values.next()) {
+            let due_ms = expect_number(OPERATION, &score, "a due score")?;
+            window.push((task_id(&keys.due, id)?, due_ms));
+        }
+        Ok(window)
+    }
+
+    pub(crate) async fn complete(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
+        const OPERATION: &str = "ack";
+        let keys = self.keys(&token.partition);
+        let mut invocation = SCRIPTS.ack.prepare_invoke();
+        invocation
+            .key(&keys.tasks)
+            .key(&keys.inflight)
+            .key(&keys.done)
+            .arg(token.id.as_str())
+            .arg(token.generation)
+            .arg(token.claim)
+            .arg(self.options.executed_retention_ms);
+        let reply = self
+            .invoke(&invocation)
+            .await
+            .map_err(|error| token_error(OPERATION, &keys.tasks, token, error))?;
+        match text(reply).as_deref() {
+            Some("completed") => Ok(AckOutcome::Completed),
+            Some("superseded") => Ok(AckOutcome::Superseded),
+            other => Err(unexpected_reply(OPERATION, format!("{other:?}"))),
+        }
+    }
+
+    pub(crate) async fn record_failure(
+        &self,
+        token: &LeaseToken,
+        error: &str,
+        action: FailAction,
+    ) -> StorageResult<FailOutcome> {
+        const OPERATION: &str = "fail";
+        let (action_arg, retry_at) = match action {
+            FailAction::RetryAt(due_ms) => ("retry", validate_due(due_ms)?),
+            FailAction::DeadLetter => ("dead", 0),
+        };
+        let keys = self.keys(&token.partition);
+        let mut invocation = SCRIPTS.fail.prepare_invoke();
+        invocation
+            .key(&keys.due)
+            .key(&keys.tasks)
+            .key(&keys.inflight)
+            .key(&keys.dead)
+            .arg(token.id.as_str())
+            .arg(token.generation)
+            .arg(token.claim)
+            .arg(truncate(error, MAX_ERROR_BYTES))
+            .arg(action_arg)
+            .arg(retry_at);
+        let reply = self
+            .invoke(&invocation)
+            .await
+            .map_err(|error| token_error(OPERATION, &keys.tasks, token, error))?;
+        let mut values = expect_array(OPERATION, reply)?.into_iter();
+        let verdict = values.next().and_then(text).unwrap_or_default();
+        match verdict.as_str() {
+            "retrying" => {
+                let attempt = values.next().as_ref().and_then(number);
+                let due_ms = values.next().as_ref().and_then(number);
+                match (attempt.and_then(|a| u32::try_from(a).ok()), due_ms) {
+                    (Some(attempt), Some(due_ms)) => Ok(FailOutcome::Retrying { attempt, due_ms }),
+                    _ => Err(unexpected_reply(
+                        OPERATION,
+                        "retrying without attempt or due",
+                    )),
+                }
+            }
+            "dead" => Ok(FailOutcome::DeadLettered),
+            "superseded" => Ok(FailOutcome::Superseded),
+            other => Err(unexpected_reply(OPERATION, format!("verdict {other:?}"))),
+        }
+    }
+
+    pub(crate) async fn extend_lease(
+        &self,
+        token: &LeaseToken,
+        lease_deadline_ms: u64,
+    ) -> StorageResult<()> {
+        let keys = self.keys(&token.partition);
+        let mut invocation = SCRIPTS.renew.prepare_invoke();
+        invocation
+            .key(&keys.tasks)
+            .key(&keys.inflight)
+            .arg(token.id.as_str())
+            .arg(token.generation)
+            .arg(token.claim)
+            .arg(lease_deadline_ms);
+        self.invoke(&invocation)
+            .await
+            .map_err(|error| token_error("renew", &keys.tasks, token, error))?;
+        Ok(())
+    }
+
+    pub(crate) async fn requeue(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<TaskId>> {
+        const OPERATION: &str = "requeue_expired";
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = self.keys(partition);
+        let mut invocation = SCRIPTS.requeue_expired.prepare_invoke();
+        invocation
+            .key(&keys.due)
+            .key(&keys.tasks)
+            .key(&keys.inflight)
+            .arg(now_ms)
+            .arg(limit);
+        let reply = self
+            .invoke(&invocation)
+            .await
+            .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
+        let ids = expect_array(OPERATION, reply)?
+            .into_iter()
+            .map(|id| task_id(&keys.inflight, id))
+            .collect::<StorageResult<Vec<_>>>()?;
+        if !ids.is_empty() {
+            tracing::info!(%partition, requeued = ids.len(), "leases ran out; tasks are pending again");
+        }
+        Ok(ids)
+    }
+}
+
+/// Decodes a record read from `tasks_key` field `id`.
+pub(crate) fn decode(tasks_key: &str, id: &TaskId, raw: Value) -> StorageResult<Record> {
+    let raw = bytes(raw).ok_or_else(|| StorageError::CorruptRecord {
+        key: tasks_key.to_owned(),
+        field: id.to_string(),
+        reason: "the record is missing".to_owned(),
+    })?;
+    Record::decode(raw).map_err(|reason| StorageError::CorruptRecord {
+        key: tasks_key.to_owned(),
+        field: id.to_string(),
+        reason,
+    })
+}
+
+/// Maps the error of a script that checks a lease token.
+fn token_error(
+    operation: &'static str,
+    tasks_key: &str,
+    token: &LeaseToken,
+    error: RedisError,
+) -> StorageError {
+    if is_stale(&error) {
+        StorageError::StaleLease {
+            partition: token.partition.to_string(),
+            id: token.id.to_string(),
+        }
+    } else {
+        map_error(operation, tasks_key, error)
+    }
+}
+
+/// `text` cut to at most `max` bytes at a char boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate;
+
+    #[test]
+    fn long_errors_are_cut_at_a_char_boundary() {
+        assert_eq!(truncate("abc", 10), "abc");
+        assert_eq!(truncate("abcdef", 3), "abc");
+        assert_eq!(truncate("ééé", 3), "é");
+    }
+}

@@ -1,0 +1,127 @@
+//! [`TaskStore`] for [`RedisStore`]: each method delegates to the module that does the work
+//! (`schedule`, `lease`, `admin`).
+
+use async_trait::async_trait;
+
+use crate::error::StorageResult;
+use crate::model::{
+    AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask, Partition,
+    PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
+};
+use crate::store::{ItemResult, TaskStore};
+
+use super::connection::RedisStore;
+
+#[async_trait]
+impl TaskStore for RedisStore {
+    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+        self.register(queue, partitions).await
+    }
+
+    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+        self.registered_queues().await
+    }
+
+    async fn schedule(
+        &self,
+        partition: &Partition,
+        task: NewTask,
+        mode: ScheduleMode,
+    ) -> StorageResult<ScheduleOutcome> {
+        self.schedule_one(partition, task, mode).await
+    }
+
+    async fn schedule_many(
+        &self,
+        items: Vec<(Partition, NewTask)>,
+        mode: ScheduleMode,
+    ) -> StorageResult<Vec<ItemResult>> {
+        self.schedule_batch(items, mode).await
+    }
+
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool> {
+        self.remove(partition, id).await
+    }
+
+    async fn get(&self, partition: &Partition, id: &TaskId) -> StorageResult<Option<TaskInfo>> {
+        self.lookup(partition, id).await
+    }
+
+    async fn claim_due(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+        lease_deadline_ms: u64,
+        owner: &str,
+    ) -> StorageResult<ClaimBatch> {
+        self.claim(partition, now_ms, limit, lease_deadline_ms, owner)
+            .await
+    }
+
+    async fn peek_window(
+        &self,
+        partition: &Partition,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        self.peek(partition, from_ms, to_ms, limit).await
+    }
+
+    async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
+        self.complete(token).await
+    }
+
+    async fn fail(
+        &self,
+        token: &LeaseToken,
+        error: &str,
+        action: FailAction,
+    ) -> StorageResult<FailOutcome> {
+        self.record_failure(token, error, action).await
+    }
+
+    async fn renew(&self, token: &LeaseToken, lease_deadline_ms: u64) -> StorageResult<()> {
+        self.extend_lease(token, lease_deadline_ms).await
+    }
+
+    async fn requeue_expired(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<TaskId>> {
+        self.requeue(partition, now_ms, limit).await
+    }
+
+    async fn prune_done(
+        &self,
+        partition: &Partition,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> StorageResult<u64> {
+        self.prune(partition, older_than_ms, limit).await
+    }
+
+    async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats> {
+        self.count(partition, now_ms).await
+    }
+
+    async fn list_dead(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<DeadTask>> {
+        self.dead_letters(partition, limit).await
+    }
+
+    async fn retry_dead(
+        &self,
+        partition: &Partition,
+        id: &TaskId,
+        due_ms: u64,
+    ) -> StorageResult<bool> {
+        self.revive(partition, id, due_ms).await
+    }
+
+    async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64> {
+        self.purge(partition, id).await
+    }
+}
