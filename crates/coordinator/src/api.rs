@@ -101,6 +101,21 @@ impl Membership {
     }
 }
 
+/// Replaces the membership behind `sender` if `membership` differs (so watchers wake only on
+/// a real change); whether it did.
+pub(crate) fn publish_if_changed(
+    sender: &watch::Sender<Membership>,
+    membership: Membership,
+) -> bool {
+    sender.send_if_modified(|current| {
+        let changed = *current != membership;
+        if changed {
+            *current = membership;
+        }
+        changed
+    })
+}
+
 /// What a node tells about itself when it registers; `delayq nodes` shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -204,4 +219,10 @@ pub trait Coordinator: Send + Sync + 'static {
     /// Leaves the cluster at once (graceful shutdown): removes this node, bumps the epoch,
     /// announces the change and stops the heartbeat. Idempotent.
     async fn leave(&self) -> CoordinatorResult<()>;
+
+    /// Stops heartbeating and listening *without* leaving, as if the process had died: the
+    /// others notice when the heartbeat expires (after the TTL). For tests of crashes and
+    /// takeover; dropping the coordinator does the same. The membership seen through
+    /// [`Coordinator::membership`] stops changing, and wake-ups sent here are lost.
+    fn crash(&self);
 }

@@ -41,3 +41,36 @@ pub fn owned_partitions(
         .filter(|&partition| owner(queue, partition, members) == Some(node))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hash_is_the_reference_xxh3() {
+        // XXH3_64bits("") from the reference implementation.
+        assert_eq!(xxhash_rust::xxh3::xxh3_64(b""), 0x2d06_8005_38d3_94c2);
+    }
+
+    #[test]
+    fn weights_are_pinned() {
+        // If these change, every cluster reassigns every partition on upgrade: don't.
+        let cases = [
+            ("orders", 0, "node-a", 8_891_031_731_931_756_914),
+            ("orders", 7, "node-b", 10_180_380_704_302_882_674),
+            (
+                "device-offline",
+                63,
+                "3f2a9c1e-0000-4000-8000-000000000001",
+                15_179_430_509_394_831_683,
+            ),
+        ];
+        for (queue, partition, node, expected) in cases {
+            assert_eq!(
+                weight(queue, partition, &NodeId::from_string(node)),
+                expected,
+                "{queue}/{partition}/{node}"
+            );
+        }
+    }
+}

@@ -1,7 +1,7 @@
-//! Placeholder while the memory backend is written.
-/// A shared in-process cluster hub.
-#[derive(Debug, Default)]
-pub struct MemoryCluster;
-/// A coordinator on a [`MemoryCluster`].
-#[derive(Debug)]
-pub struct MemoryCoordinator;
+//! The in-memory coordinator: many nodes in one process over a shared [`MemoryCluster`].
+
+mod coordinator;
+mod hub;
+
+pub use coordinator::MemoryCoordinator;
+pub use hub::MemoryCluster;

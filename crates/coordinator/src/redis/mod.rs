@@ -195,14 +195,6 @@ impl RedisCoordinator {
         self.shared.entry.is_some()
     }
 
-    /// Stops heartbeating and listening *without* leaving: the others see this node die when
-    /// its heartbeat expires. For tests of crashes and takeover; dropping the coordinator does
-    /// the same.
-    pub fn crash(&self) {
-        self.heartbeat.abort_all();
-        self.listeners.abort_all();
-    }
-
     /// The registered nodes of the cluster under `key_prefix` at `url`, sorted by id, without
     /// joining (for `delayq nodes`). Entries whose heartbeat expired but that no live node has
     /// removed yet are included; compare their `last_heartbeat_ms` with the cluster time.
@@ -338,5 +330,10 @@ impl Coordinator for RedisCoordinator {
         self.listeners.stop_all().await;
         *left = true;
         Ok(())
+    }
+
+    fn crash(&self) {
+        self.heartbeat.abort_all();
+        self.listeners.abort_all();
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::{watch, Notify};
 use super::keys::Keys;
 use super::scripts;
 use super::wire::{RawReply, RegistryEntry, ScriptReply};
-use crate::api::{CoordinatorConfig, Membership, NodeId};
+use crate::api::{publish_if_changed, CoordinatorConfig, Membership, NodeId};
 use crate::clock::{ClockSample, ClusterClock};
 use crate::error::{CoordinatorError, CoordinatorResult};
 
@@ -185,13 +185,9 @@ impl Shared {
             return;
         }
         *applied = read;
-        self.membership.send_if_modified(|current| {
-            if *current == membership {
-                return false;
-            }
-            tracing::debug!(node = %self.id, epoch = membership.epoch, members = membership.members.len(), "membership changed");
-            *current = membership;
-            true
-        });
+        let (epoch, members) = (membership.epoch, membership.members.len());
+        if publish_if_changed(&self.membership, membership) {
+            tracing::debug!(node = %self.id, epoch, members, "membership changed");
+        }
     }
 }

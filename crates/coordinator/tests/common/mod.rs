@@ -2,11 +2,52 @@
 
 #![allow(dead_code)]
 
+pub mod scenarios;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use delayq_coordinator::{Coordinator, CoordinatorConfig, Membership, NodeId};
+
+/// A backend under test: how to start nodes on one cluster.
+#[async_trait]
+pub trait TestCluster: Send + Sync {
+    /// A new member.
+    async fn join(&self, name: &str, period_ms: u64, ttl_ms: u64) -> Arc<dyn Coordinator>;
+    /// A new observer.
+    async fn observe(&self, name: &str, period_ms: u64, ttl_ms: u64) -> Arc<dyn Coordinator>;
+}
+
+/// `count` new members, named `node-0`, `node-1`, ...
+pub async fn join_many(
+    cluster: &dyn TestCluster,
+    count: usize,
+    period_ms: u64,
+    ttl_ms: u64,
+) -> Vec<Arc<dyn Coordinator>> {
+    let mut nodes = Vec::new();
+    for i in 0..count {
+        nodes.push(cluster.join(&format!("node-{i}"), period_ms, ttl_ms).await);
+    }
+    nodes
+}
+
+/// `count` new members that all see each other at the same epoch, and their sorted ids.
+pub async fn join_agreed(
+    cluster: &dyn TestCluster,
+    count: usize,
+    period_ms: u64,
+    ttl_ms: u64,
+) -> (Vec<Arc<dyn Coordinator>>, Vec<NodeId>) {
+    let nodes = join_many(cluster, count, period_ms, ttl_ms).await;
+    let all = sorted_ids(&nodes);
+    wait_for(Duration::from_secs(5), || async { agree(&nodes, &all) })
+        .await
+        .expect("initial agreement");
+    (nodes, all)
+}
 
 /// A config with short periods, so that the tests run fast.
 pub fn config(name: &str, period_ms: u64, ttl_ms: u64) -> CoordinatorConfig {

@@ -1,0 +1,224 @@
+//! [`MemoryCluster`]: the in-process stand-in for Redis that memory coordinators share.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::api::{publish_if_changed, Membership, NodeId, NodeInfo, Wakeup};
+use crate::clock::{LocalClock, SystemClock};
+
+/// A cluster in one process: the registry, the epoch and the wake-up channels that
+/// [`MemoryCoordinator`](super::MemoryCoordinator)s share, so that tests and `delayq demo` can
+/// run many nodes without Redis.
+///
+/// Two clocks are at work, on purpose:
+/// - **cluster time** (what `Coordinator::clock().now_ms()` returns, and `started_ms` /
+///   `last_heartbeat_ms`) is the hub's [`LocalClock`]: the system clock by default, or a
+///   [`ManualClock`](crate::ManualClock) that a test moves with
+///   [`MemoryCluster::with_clock`]. Moving it does not kill anybody's heartbeat.
+/// - **liveness** (heartbeat TTLs) is measured on tokio's monotonic clock, so it follows
+///   real time, or `tokio::time::pause` / `advance` in a test with paused time (advance in
+///   steps shorter than `heartbeat_ttl - heartbeat_period`, or the live nodes expire too
+///   and re-join).
+///
+/// ```
+/// use std::sync::Arc;
+/// use delayq_coordinator::{ManualClock, MemoryCluster};
+///
+/// let time = Arc::new(ManualClock::new(1_700_000_000_000));
+/// let cluster = MemoryCluster::with_clock(time.clone());
+/// time.advance(30_000);
+/// assert_eq!(cluster.now_ms(), 1_700_000_030_000);
+/// ```
+pub struct MemoryCluster {
+    clock: Arc<dyn LocalClock>,
+    state: Mutex<HubState>,
+}
+
+#[derive(Default)]
+struct HubState {
+    epoch: u64,
+    registry: BTreeMap<NodeId, Registration>,
+    wakeups: HashMap<NodeId, mpsc::UnboundedSender<Wakeup>>,
+    /// The membership views of the coordinators that listen, updated with each change
+    /// before the change returns (so a test sees it at once, without yielding).
+    views: HashMap<NodeId, Weak<watch::Sender<Membership>>>,
+}
+
+impl HubState {
+    fn membership(&self) -> Membership {
+        Membership {
+            epoch: self.epoch,
+            // BTreeMap: sorted by id.
+            members: self.registry.values().map(|r| r.info.member()).collect(),
+        }
+    }
+}
+
+struct Registration {
+    info: NodeInfo,
+    expires_at: Instant,
+}
+
+/// What one heartbeat changed.
+#[derive(Debug, Default)]
+pub(crate) struct HeartbeatOutcome {
+    /// The node was not registered (first join, or its entry had expired and was removed).
+    pub(crate) added: bool,
+    /// Members removed because their heartbeat expired.
+    pub(crate) removed: Vec<NodeId>,
+    pub(crate) epoch: u64,
+}
+
+impl std::fmt::Debug for MemoryCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.state.lock();
+        f.debug_struct("MemoryCluster")
+            .field("epoch", &state.epoch)
+            .field("members", &state.registry.len())
+            .finish()
+    }
+}
+
+impl Default for MemoryCluster {
+    /// A cluster on the system clock.
+    fn default() -> Self {
+        Self::build(Arc::new(SystemClock))
+    }
+}
+
+impl MemoryCluster {
+    /// A cluster on the system clock.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// A cluster whose time is `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(clock: Arc<dyn LocalClock>) -> Arc<Self> {
+        Arc::new(Self::build(clock))
+    }
+
+    fn build(clock: Arc<dyn LocalClock>) -> Self {
+        MemoryCluster {
+            clock,
+            state: Mutex::new(HubState::default()),
+        }
+    }
+
+    /// The hub's clock: cluster time for every coordinator on this hub.
+    pub fn clock(&self) -> Arc<dyn LocalClock> {
+        self.clock.clone()
+    }
+
+    /// Now in cluster time.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The current membership (as a Redis `snapshot` would read it).
+    pub fn membership(&self) -> Membership {
+        self.state.lock().membership()
+    }
+
+    /// The registered nodes, sorted by id.
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        // BTreeMap: already sorted by id.
+        let state = self.state.lock();
+        state.registry.values().map(|r| r.info.clone()).collect()
+    }
+
+    /// Keeps `view` up to date with every change from now on, and returns the current
+    /// membership.
+    pub(crate) fn follow(
+        &self,
+        node: &NodeId,
+        view: &Arc<watch::Sender<Membership>>,
+    ) -> Membership {
+        let mut state = self.state.lock();
+        state.views.insert(node.clone(), Arc::downgrade(view));
+        state.membership()
+    }
+
+    /// Stops updating `node`'s view (it crashed or left).
+    pub(crate) fn unfollow(&self, node: &NodeId) {
+        self.state.lock().views.remove(node);
+    }
+
+    /// Registers or refreshes `info`, and removes the members whose heartbeat expired; one
+    /// epoch bump if anything changed. Atomic, like the Redis script.
+    pub(crate) fn heartbeat(&self, info: &NodeInfo, ttl: Duration) -> HeartbeatOutcome {
+        let now = Instant::now();
+        let mut state = self.state.lock();
+        let mut outcome = HeartbeatOutcome::default();
+        let mut info = info.clone();
+        info.last_heartbeat_ms = self.clock.now_ms();
+        let registration = Registration {
+            info,
+            expires_at: now + ttl,
+        };
+        outcome.added = state
+            .registry
+            .insert(registration.info.id.clone(), registration)
+            .is_none();
+        outcome.removed = state
+            .registry
+            .iter()
+            .filter(|(_, registration)| registration.expires_at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &outcome.removed {
+            // Its wake-up channel stays: a node that was only slow re-registers and keeps
+            // listening; a dead one closed its channel when it died.
+            state.registry.remove(id);
+        }
+        if outcome.added || !outcome.removed.is_empty() {
+            self.publish(&mut state);
+        }
+        outcome.epoch = state.epoch;
+        outcome
+    }
+
+    /// Removes `node` at once; whether it was registered.
+    pub(crate) fn leave(&self, node: &NodeId) -> bool {
+        let mut state = self.state.lock();
+        state.wakeups.remove(node);
+        let removed = state.registry.remove(node).is_some();
+        if removed {
+            self.publish(&mut state);
+        }
+        removed
+    }
+
+    /// Bumps the epoch and announces the membership (under the state lock, so announcements
+    /// are in epoch order).
+    fn publish(&self, state: &mut HubState) {
+        state.epoch += 1;
+        let membership = state.membership();
+        state.views.retain(|_, view| match view.upgrade() {
+            Some(view) => {
+                publish_if_changed(&view, membership.clone());
+                true
+            }
+            None => false,
+        });
+    }
+
+    pub(crate) fn listen_for_wakeups(&self, node: &NodeId, sender: mpsc::UnboundedSender<Wakeup>) {
+        self.state.lock().wakeups.insert(node.clone(), sender);
+    }
+
+    pub(crate) fn stop_wakeups(&self, node: &NodeId) {
+        self.state.lock().wakeups.remove(node);
+    }
+
+    /// Delivers a wake-up if `node` listens (like PUBLISH: nobody listening, nobody told).
+    pub(crate) fn wake(&self, node: &NodeId, wakeup: Wakeup) {
+        if let Some(sender) = self.state.lock().wakeups.get(node) {
+            let _ = sender.send(wakeup);
+        }
+    }
+}
