@@ -1,1 +1,0 @@
-//! Placeholder: configuration types are being written.

@@ -1,0 +1,264 @@
+//! The schema walk: the YAML tree to a [`Config`], rejecting unknown keys by their dotted
+//! path and remembering the line of every key for later error messages.
+
+use std::collections::HashMap;
+
+use delayq_storage::QueueName;
+
+use super::error::ConfigError;
+use super::types::{BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig};
+use super::values::{count, duration, invalid, size, string};
+use super::yaml::{self, Key, Node, Value};
+
+/// The top-level sections.
+pub(crate) const TOP_KEYS: &[&str] = &["redis", "node", "engine", "queue_defaults", "queues"];
+/// The keys of `redis:`.
+pub(crate) const REDIS_KEYS: &[&str] = &["url", "key_prefix"];
+/// The keys of `node:`.
+pub(crate) const NODE_KEYS: &[&str] =
+    &["name", "heartbeat_period", "heartbeat_ttl", "start_timeout"];
+/// The keys of `engine:`.
+pub(crate) const ENGINE_KEYS: &[&str] = &[
+    "pull_period",
+    "prefetch_window",
+    "max_prefetched",
+    "claim_batch",
+    "lease",
+    "shutdown_grace",
+    "executed_retention",
+    "max_payload",
+];
+/// The keys of `queue_defaults:` and of each entry of `queues:`.
+pub(crate) const QUEUE_KEYS: &[&str] = &[
+    "partitions",
+    "concurrency",
+    "max_attempts",
+    "backoff",
+    "timeout",
+];
+/// The keys of a queue's `backoff:`.
+pub(crate) const BACKOFF_KEYS: &[&str] = &["initial", "max"];
+
+/// The keys allowed next to the unknown key `key` (a dotted path), for the error's hint.
+pub(crate) fn known_keys_beside(key: &str) -> &'static [&'static str] {
+    let Some((parent, _)) = key.rsplit_once('.') else {
+        return TOP_KEYS;
+    };
+    match parent {
+        "redis" => REDIS_KEYS,
+        "node" => NODE_KEYS,
+        "engine" => ENGINE_KEYS,
+        "queue_defaults" => QUEUE_KEYS,
+        _ if parent.ends_with(".backoff") => BACKOFF_KEYS,
+        _ if parent.starts_with("queues.") => QUEUE_KEYS,
+        _ => TOP_KEYS,
+    }
+}
+
+/// The line of each key that was written in the file, by dotted path; `None` for a key whose
+/// value was replaced from elsewhere (the environment).
+#[derive(Debug, Default)]
+pub(crate) struct KeyLines(HashMap<String, Option<usize>>);
+
+impl KeyLines {
+    /// Gives a line-less value error the line of its key, or of the nearest enclosing key
+    /// that was written (a queue inheriting a bad default points at the queue).
+    pub(crate) fn locate(&self, error: ConfigError) -> ConfigError {
+        let Some(mut key) = error.key_path() else {
+            return error;
+        };
+        loop {
+            if let Some(line) = self.0.get(&key) {
+                return error.or_at_line(*line);
+            }
+            match key.rsplit_once('.') {
+                Some((parent, _)) => key = parent.to_owned(),
+                None => return error,
+            }
+        }
+    }
+
+    /// Notes that the value of `key` no longer comes from the file (an environment
+    /// override), so errors about it point at no line, not even its section's.
+    pub(crate) fn forget(&mut self, key: &str) {
+        self.0.insert(key.to_owned(), None);
+    }
+}
+
+/// A configuration read from text, not yet validated.
+#[derive(Debug)]
+pub(crate) struct Parsed {
+    pub(crate) config: Config,
+    pub(crate) lines: KeyLines,
+}
+
+/// Reads `text` (named `source_name` in errors) into a configuration; missing sections and
+/// keys take their defaults.
+pub(crate) fn parse(text: &str, source_name: &str) -> Result<Parsed, ConfigError> {
+    let root = yaml::parse(text, source_name)?;
+    let mut walk = Walk {
+        source_name,
+        lines: KeyLines::default(),
+    };
+    let mut config = Config::default();
+    let mut queues = None;
+    for (key, value) in walk.section("", &root)? {
+        let path = walk.record("", key, value);
+        match key.name.as_str() {
+            "redis" => walk.redis(value, &mut config.redis)?,
+            "node" => walk.node(value, &mut config.node)?,
+            "engine" => walk.engine(value, &mut config.engine)?,
+            "queue_defaults" => walk.queue(&path, value, &mut config.queue_defaults)?,
+            // Read last, once `queue_defaults` is known, whatever the order in the file.
+            "queues" => queues = Some(value),
+            _ => return Err(walk.unknown(path, key)),
+        }
+    }
+    if let Some(queues) = queues {
+        for (key, value) in walk.section("queues", queues)? {
+            let path = walk.record("queues", key, value);
+            walk.lines.0.insert(path.clone(), Some(key.line));
+            QueueName::new(&key.name).map_err(|_| queue_name_error(key))?;
+            let mut queue = config.queue_defaults;
+            walk.queue(&path, value, &mut queue)?;
+            config.queues.insert(key.name.clone(), queue);
+        }
+    }
+    Ok(Parsed {
+        config,
+        lines: walk.lines,
+    })
+}
+
+/// What a queue name must look like, for error messages.
+pub(crate) const QUEUE_NAME_RULE: &str =
+    "queue names are 1..=64 characters of A-Z, a-z, 0-9, '_', '.' and '-'";
+
+fn queue_name_error(key: &Key) -> ConfigError {
+    ConfigError::InvalidQueueName {
+        name: key.name.clone(),
+        reason: QUEUE_NAME_RULE.to_owned(),
+        line: Some(key.line),
+    }
+}
+
+struct Walk<'a> {
+    source_name: &'a str,
+    lines: KeyLines,
+}
+
+impl Walk<'_> {
+    /// The entries of the mapping at `path`; an empty section is an empty mapping.
+    fn section<'n>(&self, path: &str, node: &'n Node) -> Result<&'n [(Key, Node)], ConfigError> {
+        match &node.value {
+            Value::Map(entries) => Ok(entries),
+            Value::Null => Ok(&[]),
+            _ => Err(invalid(
+                if path.is_empty() { "(document)" } else { path },
+                node,
+                "expected a mapping of keys to values",
+            )),
+        }
+    }
+
+    /// Records where `key` (under `parent`) was written and returns its dotted path.
+    fn record(&mut self, parent: &str, key: &Key, value: &Node) -> String {
+        let path = if parent.is_empty() {
+            key.name.clone()
+        } else {
+            format!("{parent}.{}", key.name)
+        };
+        self.lines.0.insert(path.clone(), Some(value.line));
+        path
+    }
+
+    fn unknown(&self, path: String, key: &Key) -> ConfigError {
+        ConfigError::UnknownKey {
+            source_name: self.source_name.to_owned(),
+            key: path,
+            line: key.line,
+        }
+    }
+
+    fn redis(&mut self, node: &Node, redis: &mut RedisConfig) -> Result<(), ConfigError> {
+        for (key, value) in self.section("redis", node)? {
+            let path = self.record("redis", key, value);
+            match key.name.as_str() {
+                "url" => redis.url = string(&path, value)?,
+                "key_prefix" => redis.key_prefix = string(&path, value)?,
+                _ => return Err(self.unknown(path, key)),
+            }
+        }
+        Ok(())
+    }
+
+    fn node(&mut self, node: &Node, into: &mut NodeConfig) -> Result<(), ConfigError> {
+        for (key, value) in self.section("node", node)? {
+            let path = self.record("node", key, value);
+            match key.name.as_str() {
+                "name" => into.name = string(&path, value)?,
+                "heartbeat_period" => into.heartbeat_period = duration(&path, value)?,
+                "heartbeat_ttl" => into.heartbeat_ttl = duration(&path, value)?,
+                "start_timeout" => into.start_timeout = duration(&path, value)?,
+                _ => return Err(self.unknown(path, key)),
+            }
+        }
+        Ok(())
+    }
+
+    fn engine(&mut self, node: &Node, engine: &mut EngineConfig) -> Result<(), ConfigError> {
+        for (key, value) in self.section("engine", node)? {
+            let path = self.record("engine", key, value);
+            match key.name.as_str() {
+                "pull_period" => engine.pull_period = duration(&path, value)?,
+                "prefetch_window" => engine.prefetch_window = duration(&path, value)?,
+                "max_prefetched" => engine.max_prefetched = count(&path, value)?,
+                "claim_batch" => engine.claim_batch = count(&path, value)?,
+                "lease" => engine.lease = duration(&path, value)?,
+                "shutdown_grace" => engine.shutdown_grace = duration(&path, value)?,
+                "executed_retention" => engine.executed_retention = duration(&path, value)?,
+                "max_payload" => engine.max_payload = size(&path, value)?,
+                _ => return Err(self.unknown(path, key)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Overlays the keys written at `path` on `queue` (which starts as the defaults).
+    fn queue(
+        &mut self,
+        path: &str,
+        node: &Node,
+        queue: &mut QueueConfig,
+    ) -> Result<(), ConfigError> {
+        for (key, value) in self.section(path, node)? {
+            let key_path = self.record(path, key, value);
+            match key.name.as_str() {
+                "partitions" => queue.partitions = count(&key_path, value)?,
+                "concurrency" => queue.concurrency = count(&key_path, value)?,
+                "max_attempts" => queue.max_attempts = count(&key_path, value)?,
+                "backoff" => self.backoff(&key_path, value, &mut queue.backoff)?,
+                "timeout" => queue.timeout = duration(&key_path, value)?,
+                _ => return Err(self.unknown(key_path, key)),
+            }
+        }
+        Ok(())
+    }
+
+    fn backoff(
+        &mut self,
+        path: &str,
+        node: &Node,
+        backoff: &mut BackoffConfig,
+    ) -> Result<(), ConfigError> {
+        for (key, value) in self.section(path, node)? {
+            let key_path = self.record(path, key, value);
+            match key.name.as_str() {
+                "initial" => backoff.initial = duration(&key_path, value)?,
+                "max" => backoff.max = duration(&key_path, value)?,
+                _ => return Err(self.unknown(key_path, key)),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,181 @@
+//! The validation rules and the retry backoff.
+
+use std::time::Duration;
+
+use super::*;
+
+#[test]
+fn ttl_not_above_period_is_rejected_at_its_line() {
+    let error = parse_err("node:\n  heartbeat_period: 2s\n  heartbeat_ttl: 2s\n");
+    assert!(
+        matches!(&error, ConfigError::InvalidValue { key, line: Some(3), .. } if key == "node.heartbeat_ttl"),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("node.heartbeat_period (2s)"),
+        "{error}"
+    );
+}
+
+#[test]
+fn zero_partitions_are_rejected_at_their_line() {
+    let error = parse_err("queues:\n  q:\n    partitions: 0\n");
+    assert!(
+        matches!(&error, ConfigError::InvalidValue { key, value, line: Some(3), .. }
+            if key == "queues.q.partitions" && value == "0"),
+        "{error:?}"
+    );
+    // A listed queue inheriting nothing bad is fine; an inherited bad value points at the
+    // section that wrote it.
+    let error = parse_err("queue_defaults:\n  partitions: 70000\nqueues:\n  q: {}\n");
+    assert!(
+        matches!(&error, ConfigError::InvalidValue { key, line: Some(2), .. } if key == "queue_defaults.partitions"),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn invalid_queue_names_are_rejected_with_their_line() {
+    for name in ["bad:name", "\"\"", "has space", &"x".repeat(65)] {
+        let text = format!("queues:\n  ok: {{}}\n  {name}:\n    timeout: 1s\n");
+        match parse_err(&text) {
+            ConfigError::InvalidQueueName { line, .. } => assert_eq!(line, Some(3), "{name}"),
+            other => panic!("{name}: expected InvalidQueueName, got {other:?}"),
+        }
+    }
+    let message = parse_err("queues:\n  a{b}:\n").to_string();
+    assert!(
+        message.starts_with("invalid queue name \"a{b}\" under `queues` at line 2"),
+        "{message}"
+    );
+}
+
+/// Spoils one setting of a valid configuration.
+type Spoil = fn(&mut Config);
+
+#[test]
+fn validate_checks_the_rules() {
+    let cases: Vec<(&str, Spoil)> = vec![
+        ("redis.url", |c| c.redis.url = "http://x".into()),
+        ("redis.key_prefix", |c| c.redis.key_prefix = "a{b}".into()),
+        ("redis.key_prefix", |c| c.redis.key_prefix.clear()),
+        ("node.name", |c| c.node.name = "  ".into()),
+        ("node.heartbeat_period", |c| {
+            c.node.heartbeat_period = Duration::ZERO
+        }),
+        ("node.heartbeat_ttl", |c| c.node.heartbeat_ttl = millis(500)),
+        ("engine.pull_period", |c| {
+            c.engine.pull_period = Duration::ZERO
+        }),
+        ("engine.prefetch_window", |c| {
+            c.engine.prefetch_window = millis(10)
+        }),
+        ("engine.claim_batch", |c| c.engine.claim_batch = 0),
+        ("engine.claim_batch", |c| {
+            c.engine.claim_batch = MAX_CLAIM_BATCH + 1
+        }),
+        ("engine.max_prefetched", |c| c.engine.max_prefetched = 0),
+        ("engine.lease", |c| c.engine.lease = Duration::ZERO),
+        ("engine.max_payload", |c| c.engine.max_payload = 0),
+        ("queue_defaults.partitions", |c| {
+            c.queue_defaults.partitions = 0
+        }),
+        ("queue_defaults.concurrency", |c| {
+            c.queue_defaults.concurrency = 0
+        }),
+        ("queue_defaults.max_attempts", |c| {
+            c.queue_defaults.max_attempts = 0
+        }),
+        ("queue_defaults.timeout", |c| {
+            c.queue_defaults.timeout = Duration::ZERO
+        }),
+        ("queue_defaults.backoff.initial", |c| {
+            c.queue_defaults.backoff.initial = secs(600)
+        }),
+    ];
+    for (key, spoil) in cases {
+        let mut config = Config::default();
+        spoil(&mut config);
+        match config.validate() {
+            Err(ConfigError::InvalidValue {
+                key: found, line, ..
+            }) => assert_eq!((found.as_str(), line), (key, None)),
+            other => panic!("{key}: expected InvalidValue, got {other:?}"),
+        }
+    }
+    let mut config = Config::default();
+    config
+        .queues
+        .insert("no/slash".into(), QueueConfig::default());
+    assert!(matches!(
+        config.validate(),
+        Err(ConfigError::InvalidQueueName { ref name, .. }) if name == "no/slash"
+    ));
+}
+
+#[test]
+fn passwords_never_reach_messages_or_debug_output() {
+    let mut config = Config::default();
+    config.redis.url = "http://user:hunter2@host:6379".into();
+    let message = config.validate().expect_err("bad scheme").to_string();
+    assert!(
+        !message.contains("hunter2") && message.contains("user:***@host"),
+        "{message}"
+    );
+    config.redis.url = "redis://:hunter2@host:6379/0".into();
+    let debug = format!("{config:?}");
+    assert!(
+        !debug.contains("hunter2") && debug.contains("redis://:***@host"),
+        "{debug}"
+    );
+}
+
+#[test]
+fn backoff_grows_exponentially_up_to_the_cap() {
+    let queue = QueueConfig::default(); // 1s .. 5m
+    let full: Vec<u64> = (1..=10)
+        .map(|attempt| queue.backoff_delay(attempt, 1.0).as_secs())
+        .collect();
+    assert_eq!(full, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+    assert_eq!(
+        queue.backoff_delay(0, 1.0),
+        secs(1),
+        "attempt 0 counts as 1"
+    );
+    for attempt in [30, 33, 64, u32::MAX] {
+        assert_eq!(
+            queue.backoff_delay(attempt, 1.0),
+            secs(300),
+            "attempt {attempt}"
+        );
+    }
+    let huge = QueueConfig {
+        backoff: BackoffConfig {
+            initial: MAX_DURATION,
+            max: MAX_DURATION,
+        },
+        ..QueueConfig::default()
+    };
+    assert_eq!(huge.backoff_delay(31, 1.0), MAX_DURATION, "no overflow");
+}
+
+#[test]
+fn backoff_jitter_stays_between_half_and_all_of_the_delay() {
+    let queue = QueueConfig::default();
+    for attempt in 1..=12 {
+        let base = queue.backoff_delay(attempt, 1.0);
+        assert_eq!(queue.backoff_delay(attempt, 0.0), base / 2);
+        for step in 0..=20 {
+            let delay = queue.backoff_delay(attempt, f64::from(step) / 20.0);
+            assert!(
+                delay >= base / 2 && delay <= base,
+                "{attempt} {step}: {delay:?}"
+            );
+        }
+        for silly in [-1.0, 2.0, f64::NAN, f64::INFINITY] {
+            let delay = queue.backoff_delay(attempt, silly);
+            assert!(delay >= base / 2 && delay <= base, "{silly}: {delay:?}");
+        }
+    }
+    assert_eq!(queue.backoff_delay(2, 0.5), millis(1500));
+}

@@ -1,0 +1,220 @@
+//! The configuration types, their defaults and the retry backoff formula.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use delayq_storage::DEFAULT_MAX_PAYLOAD;
+
+use super::validate::redact_password;
+
+/// The whole configuration of one delayq node, as read from `cluster.yaml`.
+///
+/// Every field has a default (see [`Config::default`]); a missing section or key in the file
+/// takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Config {
+    /// Where the cluster's Redis is and how its keys are named (`redis:`).
+    pub redis: RedisConfig,
+    /// This node's identity and liveness settings (`node:`).
+    pub node: NodeConfig,
+    /// Prefetching, claiming and shutdown settings of the scheduler runtime (`engine:`).
+    pub engine: EngineConfig,
+    /// The settings of every queue not listed under `queues:`, and of every key a listed queue
+    /// leaves out (`queue_defaults:`).
+    pub queue_defaults: QueueConfig,
+    /// Per-queue settings by queue name (`queues:`); see [`Config::queue`].
+    pub queues: BTreeMap<String, QueueConfig>,
+}
+
+/// The `redis:` section. Its `Debug` output hides the password in the URL.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Connection URL: `redis://`, `rediss://` (TLS), `redis+unix://`/`unix://`, or the
+    /// `valkey` equivalents; `user:password@` for ACL. Default `redis://127.0.0.1:6379/0`.
+    pub url: String,
+    /// Prefix of every key delayq writes, so several clusters can share one Redis.
+    /// Default `delayq`.
+    pub key_prefix: String,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379/0".to_owned(),
+            key_prefix: "delayq".to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_password(&self.url))
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
+/// The `node:` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConfig {
+    /// A human-readable name shown by `delayq nodes` and in logs; not the node's identity
+    /// (every start registers a fresh id), so several nodes may share it. Default: the host
+    /// name ([`default_node_name`]).
+    pub name: String,
+    /// How often the node refreshes its heartbeat. Default 1 s.
+    pub heartbeat_period: Duration,
+    /// How long a heartbeat lives: a node silent for this long is dead and its partitions
+    /// move. Must exceed `heartbeat_period`. Default 3 s.
+    pub heartbeat_ttl: Duration,
+    /// How long starting a node may wait for Redis and for joining the cluster before it
+    /// gives up with an error. Default 10 s.
+    pub start_timeout: Duration,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            name: default_node_name(),
+            heartbeat_period: Duration::from_secs(1),
+            heartbeat_ttl: Duration::from_secs(3),
+            start_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The `engine:` section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// How often each owned partition is re-read from Redis: the safety net behind the
+    /// wake-ups. Default 1 s.
+    pub pull_period: Duration,
+    /// How far ahead of now due tasks are held in memory. At least `pull_period`. Default 5 s.
+    pub prefetch_window: Duration,
+    /// Most prefetched entries held in memory by one node; beyond it the node claims straight
+    /// from Redis in batches. Default 100 000.
+    pub max_prefetched: usize,
+    /// Most tasks claimed from one partition by one script call. Default 256.
+    pub claim_batch: usize,
+    /// In-flight lease: a claimed task whose lease runs out (its node died) is delivered
+    /// again. Renewed while the handler runs. Default 30 s.
+    pub lease: Duration,
+    /// On graceful shutdown, how long running handlers may finish before their tasks are
+    /// released for another node. Default 10 s.
+    pub shutdown_grace: Duration,
+    /// How long fired tasks are remembered, so a producer re-sending the same id and due time
+    /// gets `duplicate` instead of a second fire. Zero disables the check. Default 1 h.
+    pub executed_retention: Duration,
+    /// Largest payload accepted, in bytes. Default 1 MiB (1 048 576).
+    pub max_payload: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            pull_period: Duration::from_secs(1),
+            prefetch_window: Duration::from_secs(5),
+            max_prefetched: 100_000,
+            claim_batch: 256,
+            lease: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            executed_retention: Duration::from_secs(3600),
+            max_payload: DEFAULT_MAX_PAYLOAD,
+        }
+    }
+}
+
+/// The settings of one queue (`queue_defaults:` or an entry of `queues:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Number of partitions the queue's tasks are spread over (1..=65536). Must be the same
+    /// on every node and must not change while the queue holds tasks. Default 64.
+    pub partitions: u32,
+    /// Most handlers of this queue running at once on one node. Default 64.
+    pub concurrency: usize,
+    /// Deliveries before a failing task is dead-lettered (1 = no retry). Default 5.
+    pub max_attempts: u32,
+    /// Delay between a failed attempt and the next one.
+    pub backoff: BackoffConfig,
+    /// How long one handler run may take before it counts as failed. Default 30 s.
+    pub timeout: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            partitions: 64,
+            concurrency: 64,
+            max_attempts: 5,
+            backoff: BackoffConfig::default(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Exponential retry backoff (`backoff: { initial, max }`); see [`QueueConfig::backoff_delay`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackoffConfig {
+    /// Delay after the first failed attempt. Default 1 s.
+    pub initial: Duration,
+    /// Ceiling of the delay. At least `initial`. Default 5 min.
+    pub max: Duration,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        BackoffConfig {
+            initial: Duration::from_secs(1),
+            max: Duration::from_secs(300),
+        }
+    }
+}
+
+impl QueueConfig {
+    /// How long to wait before retrying after attempt number `attempt` (1-based) failed.
+    ///
+    /// The base delay doubles with each attempt, `initial * 2^(attempt - 1)`, and is capped
+    /// at `max`. "Equal jitter" then keeps half of it fixed and scales the other half by
+    /// `jitter` (a uniform random number in `0..=1` supplied by the caller, so this stays
+    /// deterministic and testable): the result lies in `[base / 2, base]`. The fixed half keeps
+    /// retries from hammering a sick dependency; the random half keeps the retries of many
+    /// tasks that failed together from arriving together. `attempt` 0 counts as 1, and a
+    /// `jitter` outside `0..=1` (or NaN) is clamped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use delayq_engine::config::QueueConfig;
+    ///
+    /// let queue = QueueConfig::default(); // backoff 1s .. 5m
+    /// assert_eq!(queue.backoff_delay(1, 1.0), Duration::from_secs(1));
+    /// assert_eq!(queue.backoff_delay(3, 1.0), Duration::from_secs(4));
+    /// assert_eq!(queue.backoff_delay(3, 0.0), Duration::from_secs(2));
+    /// assert_eq!(queue.backoff_delay(30, 1.0), Duration::from_secs(300));
+    /// ```
+    pub fn backoff_delay(&self, attempt: u32, jitter: f64) -> Duration {
+        let BackoffConfig { initial, max } = self.backoff;
+        let doublings = attempt.saturating_sub(1);
+        let base = if doublings >= 32 {
+            max
+        } else {
+            initial
+                .checked_mul(1u32 << doublings)
+                .map_or(max, |delay| delay.min(max))
+        };
+        let jitter = if jitter.is_nan() {
+            0.0
+        } else {
+            jitter.clamp(0.0, 1.0)
+        };
+        let fixed = base / 2;
+        fixed + (base - fixed).mul_f64(jitter)
+    }
+}
+
+/// The default `node.name`: this machine's host name, as the coordinator reads it for the
+/// `host` it registers (`HOSTNAME`, then the kernel's host name, then `/etc/hostname`, else
+/// `unknown`).
+pub fn default_node_name() -> String {
+    delayq_coordinator::host_name()
+}

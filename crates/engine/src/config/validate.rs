@@ -1,0 +1,208 @@
+//! The rules a configuration must satisfy beyond its types.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use delayq_storage::QueueName;
+
+use super::error::ConfigError;
+use super::schema::QUEUE_NAME_RULE;
+use super::types::{Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig};
+
+/// Most partitions one queue may have.
+pub const MAX_PARTITIONS: u32 = 65_536;
+/// Most tasks one claim script may take: a larger batch blocks Redis for too long.
+pub const MAX_CLAIM_BATCH: usize = 10_000;
+/// Largest `max_payload`: Redis strings cannot exceed 512 MiB.
+pub const MAX_PAYLOAD_LIMIT: usize = 512 << 20;
+/// Longest node name, in characters.
+pub const MAX_NODE_NAME_CHARS: usize = 255;
+/// URL schemes the Redis client understands.
+pub const REDIS_SCHEMES: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis+unix",
+    "unix",
+    "valkey",
+    "valkeys",
+    "valkey+unix",
+];
+
+type Check = Result<(), ConfigError>;
+
+fn fail(key: &str, value: impl Display, reason: impl Into<String>) -> Check {
+    Err(ConfigError::InvalidValue {
+        key: key.to_owned(),
+        value: value.to_string(),
+        reason: reason.into(),
+        line: None,
+    })
+}
+
+fn human(duration: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(duration)
+}
+
+fn positive(key: &str, duration: Duration) -> Check {
+    if duration.is_zero() {
+        return fail(key, human(duration), "must be longer than zero");
+    }
+    Ok(())
+}
+
+fn at_least_one(key: &str, number: impl Into<u64>) -> Check {
+    let number = number.into();
+    if number == 0 {
+        return fail(key, number, "must be at least 1");
+    }
+    Ok(())
+}
+
+/// Checks every rule; the first violation is returned.
+pub(crate) fn check(config: &Config) -> Check {
+    redis(&config.redis)?;
+    node(&config.node)?;
+    engine(&config.engine)?;
+    queue("queue_defaults", &config.queue_defaults)?;
+    for (name, settings) in &config.queues {
+        if QueueName::new(name).is_err() {
+            return Err(ConfigError::InvalidQueueName {
+                name: name.clone(),
+                reason: QUEUE_NAME_RULE.to_owned(),
+                line: None,
+            });
+        }
+        queue(&format!("queues.{name}"), settings)?;
+    }
+    Ok(())
+}
+
+fn redis(redis: &RedisConfig) -> Check {
+    let scheme = redis.url.split_once("://").map(|(scheme, _)| scheme);
+    if !scheme.is_some_and(|scheme| REDIS_SCHEMES.contains(&scheme)) {
+        return fail(
+            "redis.url",
+            redact_password(&redis.url),
+            format!(
+                "expected a URL starting with one of {}, e.g. redis://127.0.0.1:6379/0",
+                REDIS_SCHEMES
+                    .iter()
+                    .map(|scheme| format!("{scheme}://"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    let prefix = &redis.key_prefix;
+    if prefix.is_empty() {
+        return fail("redis.key_prefix", prefix, "must not be empty");
+    }
+    if prefix
+        .chars()
+        .any(|c| c == '{' || c == '}' || c.is_whitespace() || c.is_control())
+    {
+        return fail(
+            "redis.key_prefix",
+            prefix,
+            "must not contain '{', '}' (they would break Redis Cluster hash tags) or whitespace",
+        );
+    }
+    Ok(())
+}
+
+fn node(node: &NodeConfig) -> Check {
+    let name = &node.name;
+    if name.trim().is_empty() {
+        return fail("node.name", name, "must not be empty");
+    }
+    if name.chars().count() > MAX_NODE_NAME_CHARS || name.chars().any(char::is_control) {
+        return fail(
+            "node.name",
+            name,
+            format!("must be at most {MAX_NODE_NAME_CHARS} characters without control characters"),
+        );
+    }
+    positive("node.heartbeat_period", node.heartbeat_period)?;
+    if node.heartbeat_ttl <= node.heartbeat_period {
+        return fail(
+            "node.heartbeat_ttl",
+            human(node.heartbeat_ttl),
+            format!(
+                "must be longer than node.heartbeat_period ({}), or a live node would be declared dead",
+                human(node.heartbeat_period)
+            ),
+        );
+    }
+    positive("node.start_timeout", node.start_timeout)
+}
+
+fn engine(engine: &EngineConfig) -> Check {
+    positive("engine.pull_period", engine.pull_period)?;
+    if engine.prefetch_window < engine.pull_period {
+        return fail(
+            "engine.prefetch_window",
+            human(engine.prefetch_window),
+            format!(
+                "must be at least engine.pull_period ({}), or tasks due between two pulls would fire late",
+                human(engine.pull_period)
+            ),
+        );
+    }
+    at_least_one("engine.max_prefetched", engine.max_prefetched as u64)?;
+    if !(1..=MAX_CLAIM_BATCH).contains(&engine.claim_batch) {
+        return fail(
+            "engine.claim_batch",
+            engine.claim_batch,
+            format!("must be between 1 and {MAX_CLAIM_BATCH}"),
+        );
+    }
+    positive("engine.lease", engine.lease)?;
+    if !(1..=MAX_PAYLOAD_LIMIT).contains(&engine.max_payload) {
+        return fail(
+            "engine.max_payload",
+            engine.max_payload,
+            "must be between 1 byte and 512MiB (the Redis string limit)",
+        );
+    }
+    Ok(())
+}
+
+fn queue(path: &str, queue: &QueueConfig) -> Check {
+    let key = |name: &str| format!("{path}.{name}");
+    if !(1..=MAX_PARTITIONS).contains(&queue.partitions) {
+        return fail(
+            &key("partitions"),
+            queue.partitions,
+            format!("must be between 1 and {MAX_PARTITIONS}"),
+        );
+    }
+    at_least_one(&key("concurrency"), queue.concurrency as u64)?;
+    at_least_one(&key("max_attempts"), queue.max_attempts)?;
+    if queue.backoff.initial > queue.backoff.max {
+        return fail(
+            &key("backoff.initial"),
+            human(queue.backoff.initial),
+            format!(
+                "must not exceed {} ({})",
+                key("backoff.max"),
+                human(queue.backoff.max)
+            ),
+        );
+    }
+    positive(&key("timeout"), queue.timeout)
+}
+
+/// `url` with the password of its `user:password@` part replaced by `***`, for messages.
+pub(crate) fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    match rest[..at].split_once(':') {
+        Some((user, _password)) => format!("{scheme}://{user}:***{}", &rest[at..]),
+        None => url.to_owned(),
+    }
+}
