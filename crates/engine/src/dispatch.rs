@@ -46,6 +46,10 @@ async fn execute(
     slot: OwnedSemaphorePermit,
 ) {
     let _slot = slot;
+    if runtime.killed.load(std::sync::atomic::Ordering::Relaxed) {
+        // A crashed node runs nothing more; the lease expires and another node takes over.
+        return;
+    }
     let token = claimed.token.clone();
     let task = Task {
         queue: queue.name.as_str().to_owned(),
@@ -57,7 +61,10 @@ async fn execute(
         payload: claimed.payload.clone(),
         node: runtime.node_id().to_owned(),
     };
-    tracing::debug!(lateness_ms = task.fired_ms.saturating_sub(task.due_ms), "firing");
+    tracing::debug!(
+        lateness_ms = task.fired_ms.saturating_sub(task.due_ms),
+        "firing"
+    );
     let handler = queue.handler.clone();
     // The handler runs as its own task: a panic ends that task only, and shows up here as a
     // JoinError; a timeout aborts it.
@@ -121,7 +128,9 @@ async fn renew_lease(runtime: Arc<Runtime>, token: LeaseToken) {
         match runtime.store.renew(&token, deadline).await {
             Ok(()) => runtime.health.ok(),
             Err(StorageError::StaleLease { .. }) => {
-                tracing::warn!("lease lost while the handler runs; the task may be delivered again");
+                tracing::warn!(
+                    "lease lost while the handler runs; the task may be delivered again"
+                );
                 return;
             }
             Err(error) => runtime.health.failed("renew", &error),
@@ -131,7 +140,11 @@ async fn renew_lease(runtime: Arc<Runtime>, token: LeaseToken) {
 
 /// Keeps retrying a settling call on transient errors until the lease would have run out
 /// anyway (after that another node may already have taken the task back).
-async fn with_retries<T, F, Fut>(runtime: &Runtime, operation: &'static str, mut call: F) -> Option<T>
+async fn with_retries<T, F, Fut>(
+    runtime: &Runtime,
+    operation: &'static str,
+    mut call: F,
+) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, StorageError>>,
@@ -145,7 +158,10 @@ where
                 return Some(value);
             }
             Err(StorageError::StaleLease { .. }) => {
-                tracing::warn!(operation, "lease lost before the result was recorded; the task may be delivered again");
+                tracing::warn!(
+                    operation,
+                    "lease lost before the result was recorded; the task may be delivered again"
+                );
                 return None;
             }
             Err(error) if error.is_transient() && runtime.clock.now_ms() < give_up_at => {
@@ -166,7 +182,12 @@ async fn settle_success(runtime: &Runtime, token: &LeaseToken) {
     }
 }
 
-async fn settle_failure(runtime: &Runtime, queue: &QueueRuntime, claimed: &ClaimedTask, error: &str) {
+async fn settle_failure(
+    runtime: &Runtime,
+    queue: &QueueRuntime,
+    claimed: &ClaimedTask,
+    error: &str,
+) {
     let attempt = claimed.attempt;
     let action = if attempt >= queue.settings.max_attempts {
         FailAction::DeadLetter
@@ -175,20 +196,35 @@ async fn settle_failure(runtime: &Runtime, queue: &QueueRuntime, claimed: &Claim
         let delay = queue.settings.backoff_delay(attempt, jitter);
         FailAction::RetryAt(runtime.clock.now_ms() + delay.as_millis() as u64)
     };
-    let outcome = with_retries(runtime, "fail", || runtime.store.fail(&claimed.token, error, action)).await;
+    let outcome = with_retries(runtime, "fail", || {
+        runtime.store.fail(&claimed.token, error, action)
+    })
+    .await;
     match outcome {
         Some(FailOutcome::Retrying { attempt, due_ms }) => {
-            tracing::warn!(error, next_attempt = attempt, retry_at_ms = due_ms, "handler failed; will retry");
+            tracing::warn!(
+                error,
+                next_attempt = attempt,
+                retry_at_ms = due_ms,
+                "handler failed; will retry"
+            );
             let partition = &claimed.token.partition;
             if runtime.owns(partition) {
                 runtime.timer.insert(due_ms, partition.clone());
             }
         }
         Some(FailOutcome::DeadLettered) => {
-            tracing::error!(error, attempts = attempt, "handler failed; attempts exhausted, dead-lettered");
+            tracing::error!(
+                error,
+                attempts = attempt,
+                "handler failed; attempts exhausted, dead-lettered"
+            );
         }
         Some(FailOutcome::Superseded) => {
-            tracing::info!(error, "handler failed, but the task was rescheduled or cancelled meanwhile");
+            tracing::info!(
+                error,
+                "handler failed, but the task was rescheduled or cancelled meanwhile"
+            );
         }
         None => {}
     }

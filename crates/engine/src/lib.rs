@@ -1,7 +1,46 @@
 //! # delayq-engine
 //!
-//! The scheduler runtime that applications embed.
+//! The scheduler runtime that applications embed in every replica: it follows the cluster
+//! membership, owns its share of the queues' partitions, prefetches what is due soon into one
+//! timer, claims due tasks atomically, runs them on the queue's handler under a concurrency
+//! limit, renews their leases, and acks, retries with backoff or dead-letters them.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use delayq_engine::{config::Config, Scheduler, Task, When};
+//!
+//! # async fn run() -> Result<(), delayq_engine::EngineError> {
+//! let scheduler = Scheduler::builder(Config::default())
+//!     .handler("device-offline", |task: Task| async move {
+//!         tracing::warn!(device = %task.id, "device went silent");
+//!         Ok::<(), std::io::Error>(())
+//!     })
+//!     .start()
+//!     .await?;
+//! // Each heartbeat of device 7 pushes its deadline 30 s forward (upsert).
+//! scheduler.schedule("device-offline", "device-7", When::In(Duration::from_secs(30)), "").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Guarantees are those of DESIGN.md: no double fire in normal operation (claims are atomic
+//! Lua scripts), nothing lost (leases expire and come back), cancel and reschedule win over a
+//! prefetched entry (the claim checks `due <= now` in the store), precise (one timer that
+//! sleeps until the next due time), failures visible (retries, dead letters), dedup.
 
 #![warn(missing_docs)]
 
 pub mod config;
+mod dispatch;
+mod error;
+mod handler;
+mod health;
+mod partition;
+mod runtime;
+mod scheduler;
+mod task;
+mod timer;
+
+pub use error::{EngineError, EngineResult};
+pub use handler::{Handler, HandlerError, HandlerFuture};
+pub use scheduler::{MemoryBackend, ScheduleRequest, Scheduler, SchedulerBuilder};
+pub use task::{Scheduled, Task, When};

@@ -35,6 +35,7 @@ impl PartitionWorker {
         queue: Arc<QueueRuntime>,
         partition: Partition,
     ) -> Arc<PartitionWorker> {
+        let runtime_tasks = runtime.partition_tasks.clone();
         let worker = Arc::new(PartitionWorker {
             wake: Notify::new(),
             cancel: runtime.stop.child_token(),
@@ -46,7 +47,7 @@ impl PartitionWorker {
             worker: worker.clone(),
             backoff: RetryBackoff::new(),
         };
-        tokio::spawn(serving.run());
+        runtime_tasks.spawn(serving.run());
         worker
     }
 

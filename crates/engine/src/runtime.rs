@@ -58,6 +58,10 @@ pub(crate) struct Runtime {
     pub(crate) next_run: AtomicU64,
     /// Handler executions (waited for on shutdown).
     pub(crate) executions: TaskTracker,
+    /// The partition workers' tasks (waited for on shutdown, before the executions).
+    pub(crate) partition_tasks: TaskTracker,
+    /// Set by a simulated crash: claimed tasks are not run any more.
+    pub(crate) killed: std::sync::atomic::AtomicBool,
     /// Cancelled when the node stops claiming (shutdown or crash).
     pub(crate) stop: CancellationToken,
 }
@@ -87,7 +91,11 @@ impl Runtime {
     }
 
     /// The queue runtime of `name`, created on first use when this node serves it.
-    pub(crate) fn queue_runtime(&self, name: &QueueName, partitions: u32) -> Option<Arc<QueueRuntime>> {
+    pub(crate) fn queue_runtime(
+        &self,
+        name: &QueueName,
+        partitions: u32,
+    ) -> Option<Arc<QueueRuntime>> {
         if let Some(queue) = self.queues.get(name.as_str()) {
             return Some(queue.clone());
         }
@@ -212,7 +220,10 @@ pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
 }
 
 /// Feeds wake-ups from other nodes into the timer.
-pub(crate) async fn run_wakeups(runtime: Arc<Runtime>, mut wakeups: mpsc::UnboundedReceiver<Wakeup>) {
+pub(crate) async fn run_wakeups(
+    runtime: Arc<Runtime>,
+    mut wakeups: mpsc::UnboundedReceiver<Wakeup>,
+) {
     loop {
         let wakeup = tokio::select! {
             _ = runtime.stop.cancelled() => return,
@@ -233,8 +244,18 @@ pub(crate) async fn run_wakeups(runtime: Arc<Runtime>, mut wakeups: mpsc::Unboun
 }
 
 /// Follows the membership (and, periodically, the store's queue catalog) and rebalances.
-pub(crate) async fn run_ownership(runtime: Arc<Runtime>, mut membership: watch::Receiver<Membership>) {
-    let mut catalog = tokio::time::interval(runtime.config.engine.pull_period.max(Duration::from_millis(100)) * 2);
+pub(crate) async fn run_ownership(
+    runtime: Arc<Runtime>,
+    mut membership: watch::Receiver<Membership>,
+) {
+    let mut catalog = tokio::time::interval(
+        runtime
+            .config
+            .engine
+            .pull_period
+            .max(Duration::from_millis(100))
+            * 2,
+    );
     catalog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let current = membership.borrow_and_update().clone();

@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use dashmap::DashMap;
 use delayq_coordinator::{
-    owner, ClusterClock, Coordinator, CoordinatorConfig, LocalClock, MemoryCluster,
-    MemoryCoordinator, Membership, NodeId, QueueFilter, RedisCoordinator, SystemClock, Wakeup,
+    owner, ClusterClock, Coordinator, CoordinatorConfig, LocalClock, Membership, MemoryCluster,
+    MemoryCoordinator, NodeId, QueueFilter, RedisCoordinator, SystemClock, Wakeup,
 };
 use delayq_storage::{
     partition_of, validate_due, MemoryStore, NewTask, Partition, PartitionStats, QueueName,
@@ -31,7 +31,7 @@ use crate::timer::DueTimer;
 
 /// An in-process backend: a shared memory store and cluster hub. Clone it into several
 /// schedulers to run a cluster in one process (the demo, users' tests).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct MemoryBackend {
     /// The shared task store.
     pub store: MemoryStore,
@@ -42,7 +42,16 @@ pub struct MemoryBackend {
 impl MemoryBackend {
     /// A fresh, empty in-process backend.
     pub fn new() -> Self {
-        Self::default()
+        MemoryBackend {
+            store: MemoryStore::new(StoreOptions::default()),
+            cluster: MemoryCluster::new(),
+        }
+    }
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -134,8 +143,7 @@ impl SchedulerBuilder {
             max_payload: config.engine.max_payload,
             executed_retention_ms: config.engine.executed_retention.as_millis() as u64,
         };
-        let (store, coordinator): (Arc<dyn TaskStore>, Arc<dyn Coordinator>) = match self.backend
-        {
+        let (store, coordinator): (Arc<dyn TaskStore>, Arc<dyn Coordinator>) = match self.backend {
             Backend::Redis => {
                 let store: Arc<dyn TaskStore> = match self.store {
                     Some(store) => store,
@@ -168,8 +176,7 @@ impl SchedulerBuilder {
                 let coordinator: Arc<dyn Coordinator> = if member {
                     MemoryCoordinator::join(&backend.cluster, coordinator_config, clock).await?
                 } else {
-                    MemoryCoordinator::observe(&backend.cluster, coordinator_config, clock)
-                        .await?
+                    MemoryCoordinator::observe(&backend.cluster, coordinator_config, clock).await?
                 };
                 (store, coordinator)
             }
@@ -189,6 +196,8 @@ impl SchedulerBuilder {
             running: Mutex::new(HashMap::new()),
             next_run: AtomicU64::new(0),
             executions: TaskTracker::new(),
+            partition_tasks: TaskTracker::new(),
+            killed: std::sync::atomic::AtomicBool::new(false),
             stop: CancellationToken::new(),
         });
         let scheduler = Scheduler {
@@ -217,9 +226,15 @@ impl SchedulerBuilder {
                 scheduler.loops.spawn(run_wakeups(runtime.clone(), wakeups));
             }
             let membership = runtime.coordinator.membership();
-            scheduler.loops.spawn(run_ownership(runtime.clone(), membership));
+            scheduler
+                .loops
+                .spawn(run_ownership(runtime.clone(), membership));
         }
-        tracing::info!(node = runtime.node_id(), member = runtime.is_member(), "scheduler started");
+        tracing::info!(
+            node = runtime.node_id(),
+            member = runtime.is_member(),
+            "scheduler started"
+        );
         Ok(scheduler)
     }
 }
@@ -529,6 +544,8 @@ impl Scheduler {
         runtime.stop.cancel();
         self.loops.close();
         self.loops.wait().await;
+        runtime.partition_tasks.close();
+        runtime.partition_tasks.wait().await;
         runtime.executions.close();
         let grace = runtime.config.engine.shutdown_grace;
         if tokio::time::timeout(grace, runtime.executions.wait())
@@ -548,6 +565,9 @@ impl Scheduler {
     /// only when their leases run out.
     pub fn kill(&self) {
         let runtime = &self.runtime;
+        runtime
+            .killed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         runtime.stop.cancel();
         for (_, running) in runtime.running.lock().drain() {
             running.abort.abort();
@@ -558,7 +578,10 @@ impl Scheduler {
     async fn release_running(&self) {
         let runtime = &self.runtime;
         let running: Vec<_> = runtime.running.lock().drain().map(|(_, r)| r).collect();
-        tracing::warn!(count = running.len(), "handlers still running after the shutdown grace; giving their tasks back");
+        tracing::warn!(
+            count = running.len(),
+            "handlers still running after the shutdown grace; giving their tasks back"
+        );
         let now = self.now_ms();
         let mut partitions = Vec::new();
         for task in running {
@@ -572,7 +595,11 @@ impl Scheduler {
             }
         }
         for partition in partitions {
-            if let Err(error) = runtime.store.requeue_expired(&partition, now + 1, 10_000).await {
+            if let Err(error) = runtime
+                .store
+                .requeue_expired(&partition, now + 1, 10_000)
+                .await
+            {
                 tracing::warn!(%error, %partition, "could not requeue released tasks; their leases expired and others will");
             }
         }
@@ -581,7 +608,13 @@ impl Scheduler {
     /// After a schedule: make sure the owner of the partition knows in time. Our own
     /// partition goes into our timer; another owner gets a wake-up when the task is due
     /// before its next pull could see it.
-    async fn announce(&self, partition: &Partition, due_ms: u64, now: u64, outcome: &ScheduleOutcome) {
+    async fn announce(
+        &self,
+        partition: &Partition,
+        due_ms: u64,
+        now: u64,
+        outcome: &ScheduleOutcome,
+    ) {
         if !matches!(
             outcome,
             ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. }
@@ -664,7 +697,12 @@ impl Scheduler {
     }
 }
 
-fn scheduled(partition: &Partition, id: &TaskId, due_ms: u64, outcome: ScheduleOutcome) -> Scheduled {
+fn scheduled(
+    partition: &Partition,
+    id: &TaskId,
+    due_ms: u64,
+    outcome: ScheduleOutcome,
+) -> Scheduled {
     let (due_ms, kept) = match outcome {
         ScheduleOutcome::Kept { due_ms } => (due_ms, true),
         _ => (due_ms, false),

@@ -33,7 +33,9 @@ impl SlowRecorder {
             Box::pin(async move {
                 this.started.record(&task);
                 tokio::time::sleep(work).await;
-                this.completed.lock().push((task.id.clone(), task.node.clone()));
+                this.completed
+                    .lock()
+                    .push((task.id.clone(), task.node.clone()));
                 Ok(())
             })
         }
@@ -57,7 +59,11 @@ async fn schedule_spread(node: &Scheduler, count: usize, from_ms: u64, to_ms: u6
 async fn wait_for_ownership(nodes: &[Scheduler], members: usize) {
     wait_until(Duration::from_secs(10), "partitions are spread", || {
         nodes[0].membership().members.len() == members
-            && nodes.iter().map(|n| n.owned_partitions().len()).sum::<usize>() == 16
+            && nodes
+                .iter()
+                .map(|n| n.owned_partitions().len())
+                .sum::<usize>()
+                == 16
     })
     .await;
 }
@@ -92,8 +98,12 @@ async fn a_killed_node_loses_nothing_and_only_its_inflight_tasks_repeat() {
     let survivors = vec![nodes[1].clone(), nodes[2].clone()];
     wait_for_ownership(&survivors, 2).await;
     wait_until(Duration::from_secs(30), "every task completed once", || {
-        let completed: HashSet<String> =
-            recorder.completed.lock().iter().map(|(id, _)| id.clone()).collect();
+        let completed: HashSet<String> = recorder
+            .completed
+            .lock()
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect();
         completed.len() == total
     })
     .await;
@@ -119,9 +129,18 @@ async fn a_killed_node_loses_nothing_and_only_its_inflight_tasks_repeat() {
         .filter(|(_, count)| *count > 1)
         .map(|(id, _)| id)
         .collect();
-    let unexpected: Vec<&String> = repeated.iter().filter(|id| !interrupted.contains(*id)).collect();
-    assert!(unexpected.is_empty(), "repeated without being interrupted: {unexpected:?}");
-    assert!(!interrupted.is_empty(), "the victim was killed with tasks in flight");
+    let unexpected: Vec<&String> = repeated
+        .iter()
+        .filter(|id| !interrupted.contains(*id))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "repeated without being interrupted: {unexpected:?}"
+    );
+    assert!(
+        !interrupted.is_empty(),
+        "the victim was killed with tasks in flight"
+    );
     eprintln!(
         "killed node had {} tasks in flight; {} were delivered again (at-least-once)",
         interrupted.len(),
@@ -152,13 +171,17 @@ async fn a_graceful_leave_moves_partitions_at_once_and_loses_nothing() {
     let total = 1_500;
     schedule_spread(&nodes[1], total, 200, 3_000, 12).await;
     let leaving = nodes[0].clone();
-    wait_until(Duration::from_secs(10), "the leaving node fired some tasks", || {
-        recorder
-            .started
-            .firings()
-            .iter()
-            .any(|f| f.node == leaving.node_id().as_str())
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "the leaving node fired some tasks",
+        || {
+            recorder
+                .started
+                .firings()
+                .iter()
+                .any(|f| f.node == leaving.node_id().as_str())
+        },
+    )
     .await;
     leaving.shutdown().await.expect("graceful shutdown");
     let left_at = Instant::now();
@@ -258,7 +281,11 @@ async fn membership_churn_never_claims_a_task_twice_and_loses_none() {
     assert_eq!(store.requeued(), 0, "no lease expired in normal operation");
     let claims = store.claims();
     let twice: Vec<_> = claims.iter().filter(|(_, c)| c.len() > 1).collect();
-    assert!(twice.is_empty(), "claimed twice: {:?}", &twice[..twice.len().min(5)]);
+    assert!(
+        twice.is_empty(),
+        "claimed twice: {:?}",
+        &twice[..twice.len().min(5)]
+    );
     assert_eq!(claims.len(), total);
     let fired_twice: Vec<_> = recorder
         .counts()
@@ -290,22 +317,29 @@ async fn every_task_fires_after_redis_restarts_mid_run() {
     wait_for_ownership(&nodes, 2).await;
     let total = 600;
     schedule_spread(&nodes[0], total, 300, 3_000, 15).await;
-    wait_until(Duration::from_secs(10), "some tasks fired", || recorder.len() > 20).await;
+    wait_until(Duration::from_secs(10), "some tasks fired", || {
+        recorder.len() > 20
+    })
+    .await;
     let server = backend.server().expect("redis backend");
     server.stop();
     // The outage itself: the nodes keep their timers and retry.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     server.restart();
-    wait_until(Duration::from_secs(30), "every task fired after the restart", || {
-        recorder.distinct() == total
-    })
+    wait_until(
+        Duration::from_secs(30),
+        "every task fired after the restart",
+        || recorder.distinct() == total,
+    )
     .await;
     let mut per_id: HashMap<String, usize> = HashMap::new();
     for firing in recorder.firings() {
         *per_id.entry(firing.id).or_insert(0) += 1;
     }
     let repeated = per_id.values().filter(|n| **n > 1).count();
-    eprintln!("{repeated} tasks were delivered twice around the outage (acks lost with the connection)");
+    eprintln!(
+        "{repeated} tasks were delivered twice around the outage (acks lost with the connection)"
+    );
     for node in &nodes {
         node.shutdown().await.expect("shutdown");
     }

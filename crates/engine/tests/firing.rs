@@ -25,10 +25,18 @@ async fn start_nodes(backend: &TestBackend, count: usize, recorder: &Recorder) -
         nodes.push(node);
     }
     let probe = nodes[0].clone();
-    wait_until(Duration::from_secs(10), "every node owns its partitions", || {
-        probe.membership().members.len() == count
-            && nodes.iter().map(|n| n.owned_partitions().len()).sum::<usize>() == 16
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "every node owns its partitions",
+        || {
+            probe.membership().members.len() == count
+                && nodes
+                    .iter()
+                    .map(|n| n.owned_partitions().len())
+                    .sum::<usize>()
+                    == 16
+        },
+    )
     .await;
     nodes
 }
@@ -103,13 +111,21 @@ async fn every_task_fires_exactly_once_never_early(backend: TestBackend, tasks: 
         .into_iter()
         .filter(|f| f.fired_ms < f.due_ms)
         .collect();
-    assert!(early.is_empty(), "fired early: {:?}", &early[..early.len().min(5)]);
+    assert!(
+        early.is_empty(),
+        "fired early: {:?}",
+        &early[..early.len().min(5)]
+    );
     let per_node: BTreeMap<String, usize> =
         recorder.firings().iter().fold(BTreeMap::new(), |mut m, f| {
             *m.entry(f.node.clone()).or_insert(0) += 1;
             m
         });
-    assert_eq!(per_node.len(), 3, "all three nodes fired tasks: {per_node:?}");
+    assert_eq!(
+        per_node.len(),
+        3,
+        "all three nodes fired tasks: {per_node:?}"
+    );
     let (p50, p99, max) = lateness_summary(&recorder);
     eprintln!("lateness ms: p50 {p50}, p99 {p99}, max {max}; per node {per_node:?}");
     for node in &nodes {
@@ -146,9 +162,11 @@ async fn cancel_and_reschedule_win_over_prefetch(backend: TestBackend) {
     // The prefetch window is 2 s and the pull period 250 ms: within 600 ms every owner has
     // pulled the tasks into its timer.
     let owners_pulled = nodes.clone();
-    wait_until(Duration::from_secs(5), "owners prefetched the tasks", || {
-        owners_pulled.iter().map(|n| n.prefetched()).sum::<usize>() > 0
-    })
+    wait_until(
+        Duration::from_secs(5),
+        "owners prefetched the tasks",
+        || owners_pulled.iter().map(|n| n.prefetched()).sum::<usize>() > 0,
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(producer
@@ -174,10 +192,16 @@ async fn cancel_and_reschedule_win_over_prefetch(backend: TestBackend) {
     let find = |id: &str| firings.iter().find(|f| f.id == id).cloned();
     assert!(find("cancelled").is_none(), "a cancelled task fired");
     let moved_later = find("moved-later").expect("fired");
-    assert!(moved_later.fired_ms >= later, "moved-later fired at its old time: {moved_later:?}");
+    assert!(
+        moved_later.fired_ms >= later,
+        "moved-later fired at its old time: {moved_later:?}"
+    );
     let moved_earlier = find("moved-earlier").expect("fired");
     assert!(moved_earlier.fired_ms >= earlier);
-    assert!(moved_earlier.fired_ms < due, "moved-earlier waited for its old time: {moved_earlier:?}");
+    assert!(
+        moved_earlier.fired_ms < due,
+        "moved-earlier waited for its old time: {moved_earlier:?}"
+    );
     assert_eq!(recorder.len(), 3, "{firings:?}");
     for node in nodes.iter().chain([&producer]) {
         node.shutdown().await.expect("shutdown");

@@ -82,14 +82,22 @@ async fn failures_are_retried_then_dead_lettered(backend: TestBackend) {
         .await
         .expect("node starts");
     // Four queues of 16 partitions, all owned by the only node.
-    wait_until(Duration::from_secs(10), "the node owns its partitions", || {
-        node.owned_partitions().len() == 64
-    })
+    wait_until(
+        Duration::from_secs(10),
+        "the node owns its partitions",
+        || node.owned_partitions().len() == 64,
+    )
     .await;
     let now = When::In(Duration::ZERO);
-    node.schedule("flaky", "f", now, "").await.expect("schedule");
-    node.schedule("hopeless", "h", now, "").await.expect("schedule");
-    node.schedule("panicky", "boom", now, "").await.expect("schedule");
+    node.schedule("flaky", "f", now, "")
+        .await
+        .expect("schedule");
+    node.schedule("hopeless", "h", now, "")
+        .await
+        .expect("schedule");
+    node.schedule("panicky", "boom", now, "")
+        .await
+        .expect("schedule");
     node.schedule("slow", "s", now, "").await.expect("schedule");
 
     // Failing twice, then succeeding: three deliveries, attempts 1, 2, 3, then done.
@@ -98,29 +106,57 @@ async fn failures_are_retried_then_dead_lettered(backend: TestBackend) {
     assert_eq!(attempts, vec![1, 2, 3]);
     // Backoff: the retries were spaced by at least the initial backoff's fixed half.
     let fired: Vec<u64> = flaky.firings().iter().map(|f| f.fired_ms).collect();
-    assert!(fired[1] - fired[0] >= 25 && fired[2] - fired[1] >= 25, "{fired:?}");
+    assert!(
+        fired[1] - fired[0] >= 25 && fired[2] - fired[1] >= 25,
+        "{fired:?}"
+    );
 
     // Always failing: dead after max_attempts (3) with the last error kept.
     wait_for_state(&node, "hopeless", "h", TaskState::Dead).await;
-    let dead = node.get("hopeless", "h").await.expect("get").expect("dead task");
+    let dead = node
+        .get("hopeless", "h")
+        .await
+        .expect("get")
+        .expect("dead task");
     assert_eq!(dead.attempt, 3);
     assert_eq!(hopeless.len(), 3);
     assert!(
-        dead.last_error.as_deref().unwrap_or("").contains("attempt 3 refused"),
+        dead.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("attempt 3 refused"),
         "{dead:?}"
     );
 
     // A panic fails the attempt and the worker lives on.
     wait_for_state(&node, "panicky", "boom", TaskState::Dead).await;
-    let dead = node.get("panicky", "boom").await.expect("get").expect("dead");
-    assert!(dead.last_error.as_deref().unwrap_or("").contains("panicked"), "{dead:?}");
-    node.schedule("panicky", "calm", now, "").await.expect("schedule");
+    let dead = node
+        .get("panicky", "boom")
+        .await
+        .expect("get")
+        .expect("dead");
+    assert!(
+        dead.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("panicked"),
+        "{dead:?}"
+    );
+    node.schedule("panicky", "calm", now, "")
+        .await
+        .expect("schedule");
     wait_for_state(&node, "panicky", "calm", TaskState::Done).await;
 
     // Over the timeout: failed as timed out, retried, then dead.
     wait_for_state(&node, "slow", "s", TaskState::Dead).await;
     let dead = node.get("slow", "s").await.expect("get").expect("dead");
-    assert!(dead.last_error.as_deref().unwrap_or("").contains("timed out"), "{dead:?}");
+    assert!(
+        dead.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("timed out"),
+        "{dead:?}"
+    );
     assert_eq!(slow.len(), 3);
     node.shutdown().await.expect("shutdown");
 }

@@ -269,7 +269,9 @@ impl TaskStore for RecordingStore {
         to_ms: u64,
         limit: usize,
     ) -> StorageResult<Vec<(TaskId, u64)>> {
-        self.inner.peek_window(partition, from_ms, to_ms, limit).await
+        self.inner
+            .peek_window(partition, from_ms, to_ms, limit)
+            .await
     }
     async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
         self.inner.ack(token).await
@@ -307,11 +309,7 @@ impl TaskStore for RecordingStore {
     async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats> {
         self.inner.stats(partition, now_ms).await
     }
-    async fn list_dead(
-        &self,
-        partition: &Partition,
-        limit: usize,
-    ) -> StorageResult<Vec<DeadTask>> {
+    async fn list_dead(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<DeadTask>> {
         self.inner.list_dead(partition, limit).await
     }
     async fn retry_dead(
