@@ -11,7 +11,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-const PRELUDE: &str = include_str!("../../lua/record.lua");
+/// The shared prelude: the record codec, the lease check, helpers.
+pub(crate) const PRELUDE: &str = include_str!("../../lua/record.lua");
 
 fn script(body: &str) -> Script {
     Script::new(&format!("{PRELUDE}\n{body}"))

@@ -1,0 +1,369 @@
+//! The Redis backend when things go wrong: Redis unreachable, killed, restarted; records
+//! corrupted behind our back; scripts flushed; leases lost.
+
+use std::future::Future;
+use std::io::Read;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use delayq_storage::{
+    AckOutcome, FailAction, NewTask, Partition, QueueName, RedisStore, RedisStoreOptions,
+    ScheduleMode, ScheduleOutcome, StorageError, StoreOptions, TaskId, TaskState, TaskStore,
+};
+use delayq_testkit::{free_port, RedisOptions, RedisServer};
+
+const T0: u64 = 1_700_000_000_000;
+
+/// Short timeouts, so the failure cases stay fast.
+fn options(url: String) -> RedisStoreOptions {
+    RedisStoreOptions {
+        url,
+        key_prefix: "faults".to_owned(),
+        store: StoreOptions::default(),
+        response_timeout: Duration::from_millis(500),
+        connect_timeout: Duration::from_millis(500),
+    }
+}
+
+async fn start(redis: RedisOptions) -> (RedisServer, RedisStore, Partition) {
+    let server = tokio::task::spawn_blocking(move || RedisServer::start_with(redis))
+        .await
+        .expect("start redis-server");
+    let store = RedisStore::connect(options(server.url()))
+        .await
+        .expect("connect");
+    let queue = QueueName::new("q").expect("valid queue");
+    store.register_queue(&queue, 1).await.expect("register");
+    (server, store, Partition::new(queue, 0))
+}
+
+/// Restarts the server (same port and directory) off the async runtime.
+async fn restart(mut server: RedisServer) -> RedisServer {
+    tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .expect("restart redis-server")
+}
+
+/// Schedules `<prefix>-0..count` with `schedule_many`; every item must be stored.
+async fn schedule_all(
+    store: &RedisStore,
+    p: &Partition,
+    prefix: &str,
+    count: u64,
+    due: impl Fn(u64) -> u64,
+) {
+    let items: Vec<_> = (0..count)
+        .map(|n| (p.clone(), task(&format!("{prefix}-{n}"), due(n))))
+        .collect();
+    let results = store
+        .schedule_many(items, ScheduleMode::Upsert)
+        .await
+        .expect("schedule_many");
+    assert!(results.iter().all(|result| result.is_ok()), "{results:?}");
+}
+
+fn task(name: &str, due_ms: u64) -> NewTask {
+    NewTask {
+        id: id(name),
+        due_ms,
+        payload: Bytes::from(format!("payload of {name}")),
+    }
+}
+
+fn id(name: &str) -> TaskId {
+    TaskId::new(name).expect("valid id")
+}
+
+fn assert_transient<T: std::fmt::Debug>(result: Result<T, StorageError>, what: &str) {
+    match result {
+        Err(error) if error.is_transient() => {}
+        other => panic!("{what}: expected ConnectionLost or Timeout, got {other:?}"),
+    }
+}
+
+/// Polls `attempt` until it succeeds or `within` runs out.
+async fn eventually<T, F, Fut>(within: Duration, what: &str, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StorageError>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match attempt().await {
+            Ok(value) => return value,
+            Err(error) => assert!(
+                Instant::now() < deadline,
+                "{what} still failing after {within:?}: {error}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn unreachable_redis_at_start_is_a_clear_typed_error_within_the_connect_timeout() {
+    let port = free_port();
+    let url = format!("redis://user:hunter2@127.0.0.1:{port}/0");
+    let started = Instant::now();
+    let error = RedisStore::connect(options(url))
+        .await
+        .expect_err("nothing listens there");
+    assert!(
+        started.elapsed() < Duration::from_millis(1_500),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(error, StorageError::ConnectionLost { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains(&format!("127.0.0.1:{port}")),
+        "names the URL: {message}"
+    );
+    assert!(
+        !message.contains("hunter2"),
+        "leaks the password: {message}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_is_a_timeout_within_the_connect_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    // Accept and hold connections without ever replying.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut stream in listener.incoming().flatten().take(4) {
+            let mut buffer = [0u8; 256];
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(10)));
+            let _ = stream.read(&mut buffer);
+            held.push(stream);
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    });
+    let started = Instant::now();
+    let error = RedisStore::connect(options(format!("redis://127.0.0.1:{port}/0")))
+        .await
+        .expect_err("no answer");
+    assert!(matches!(error, StorageError::Timeout { .. }), "{error:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(1_500),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn redis_killed_mid_run_gives_typed_errors_then_works_again_after_restart() {
+    let (mut server, store, p) = start(RedisOptions::default()).await;
+    store
+        .schedule(&p, task("before", T0), ScheduleMode::Upsert)
+        .await
+        .expect("schedule while up");
+
+    server.stop();
+    assert_transient(
+        store
+            .schedule(&p, task("during", T0), ScheduleMode::Upsert)
+            .await,
+        "schedule",
+    );
+    assert_transient(store.get(&p, &id("before")).await, "get");
+    assert_transient(
+        store.claim_due(&p, T0, 10, T0 + 1_000, "node").await,
+        "claim_due",
+    );
+    let items = vec![(p.clone(), task("x", T0)), (p.clone(), task("y", T0))];
+    let results = store
+        .schedule_many(items, ScheduleMode::Upsert)
+        .await
+        .expect("per-item results");
+    assert_eq!(results.len(), 2);
+    for result in results {
+        assert_transient(result, "schedule_many item");
+    }
+
+    let _server = restart(server).await;
+    let outcome = eventually(Duration::from_secs(15), "schedule after restart", || {
+        store.schedule(&p, task("after", T0), ScheduleMode::Upsert)
+    })
+    .await;
+    assert_eq!(
+        outcome,
+        ScheduleOutcome::Created,
+        "no AOF: the server came back empty"
+    );
+    let claimed = store
+        .claim_due(&p, T0, 10, T0 + 1_000, "node")
+        .await
+        .expect("claim after restart (scripts loaded again)");
+    assert_eq!(claimed.tasks.len(), 1);
+    assert_eq!(
+        store.ack(&claimed.tasks[0].token).await.expect("ack"),
+        AckOutcome::Completed
+    );
+}
+
+#[tokio::test]
+async fn acknowledged_schedules_survive_a_restart_with_aof() {
+    let (server, store, p) = start(RedisOptions {
+        aof: true,
+        ..Default::default()
+    })
+    .await;
+    schedule_all(&store, &p, "bulk", 300, |n| T0 + n).await;
+    store
+        .schedule(&p, task("single", T0 - 5), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+
+    let server = restart(server).await;
+    let stats = eventually(Duration::from_secs(15), "stats after restart", || {
+        store.stats(&p, T0 + 1_000)
+    })
+    .await;
+    assert_eq!(stats.pending, 301);
+    let single = store
+        .get(&p, &id("single"))
+        .await
+        .expect("get")
+        .expect("survived");
+    assert_eq!(
+        (single.state, single.due_ms, single.payload),
+        (TaskState::Pending, T0 - 5, Bytes::from("payload of single"))
+    );
+    let claimed = store
+        .claim_due(&p, T0 + 1_000, 1_000, T0 + 60_000, "node")
+        .await
+        .expect("claim");
+    assert_eq!(claimed.tasks.len(), 301);
+    drop(server);
+}
+
+#[tokio::test]
+async fn a_corrupt_record_is_reported_with_its_key_and_field_and_can_be_cancelled() {
+    let (server, store, p) = start(RedisOptions::default()).await;
+    let key = "faults:{q:0}:tasks";
+    store
+        .schedule(&p, task("bad", T0), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    store
+        .schedule(&p, task("good", T0 + 1), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    let assert_corrupt = |result: Result<_, StorageError>, what: &str, needle: &str| match result {
+        Err(StorageError::CorruptRecord {
+            key: found_key,
+            field,
+            reason,
+        }) => {
+            assert_eq!(found_key, key, "{what}");
+            assert_eq!(field, "bad", "{what}");
+            assert!(reason.contains(needle), "{what}: {reason}");
+        }
+        other => panic!("{what}: expected CorruptRecord, got {other:?}"),
+    };
+    // Garbage, and a record written by a future release: refused by name, in Rust (get) and
+    // in Lua (claim_due), and a refused claim changes nothing.
+    for (planted, needle) in [
+        ("garbage", "not a delayq record"),
+        ("9|whatever the future holds", "unknown record version 9"),
+    ] {
+        server
+            .command(&["HSET", key, "bad", planted])
+            .expect("plant a corrupt record");
+        assert_corrupt(store.get(&p, &id("bad")).await.map(|_| ()), "get", needle);
+        let claim = store.claim_due(&p, T0 + 10, 10, T0 + 60_000, "node").await;
+        assert_corrupt(claim.map(|_| ()), "claim_due", needle);
+        let stats = store.stats(&p, T0 + 10).await.expect("stats");
+        assert_eq!((stats.pending, stats.inflight), (2, 0), "{planted}");
+    }
+    let results = store
+        .schedule_many(
+            vec![(p.clone(), task("bad", T0)), (p.clone(), task("new", T0))],
+            ScheduleMode::Upsert,
+        )
+        .await
+        .expect("schedule_many");
+    let mut results = results.into_iter();
+    assert_corrupt(
+        results.next().expect("first item").map(|_| ()),
+        "schedule",
+        "unknown record version 9",
+    );
+    assert_eq!(
+        results.next().expect("second item").ok(),
+        Some(ScheduleOutcome::Created),
+        "the other item proceeds"
+    );
+
+    assert!(store.cancel(&p, &id("bad")).await.expect("cancel"));
+    let claimed = store
+        .claim_due(&p, T0 + 10, 10, T0 + 60_000, "node")
+        .await
+        .expect("claim once the corrupt record is gone");
+    assert_eq!(claimed.tasks.len(), 2);
+}
+
+#[tokio::test]
+async fn a_stale_token_after_requeue_is_rejected_and_changes_nothing() {
+    let (_server, store, p) = start(RedisOptions::default()).await;
+    store
+        .schedule(&p, task("a", T0), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    let lost = store
+        .claim_due(&p, T0, 1, T0 + 1_000, "crashed")
+        .await
+        .expect("claim")
+        .tasks;
+    let requeued = store
+        .requeue_expired(&p, T0 + 1_001, 10)
+        .await
+        .expect("requeue");
+    assert_eq!(requeued, [id("a")]);
+    for result in [
+        store.ack(&lost[0].token).await.map(|_| ()),
+        store.renew(&lost[0].token, T0 + 99_000).await,
+        store
+            .fail(&lost[0].token, "late", FailAction::DeadLetter)
+            .await
+            .map(|_| ()),
+    ] {
+        assert!(
+            matches!(result, Err(StorageError::StaleLease { ref id, .. }) if id == "a"),
+            "{result:?}"
+        );
+    }
+    let info = store.get(&p, &id("a")).await.expect("get").expect("exists");
+    assert_eq!((info.state, info.attempt), (TaskState::Pending, 1));
+    let again = store
+        .claim_due(&p, T0 + 1_001, 1, T0 + 60_000, "healthy")
+        .await
+        .expect("claim");
+    assert_ne!(again.tasks[0].token.claim, lost[0].token.claim);
+    assert_eq!(
+        store.ack(&again.tasks[0].token).await.expect("ack"),
+        AckOutcome::Completed
+    );
+}
+
+#[tokio::test]
+async fn flushed_scripts_are_loaded_again_for_single_calls_and_pipelines() {
+    let (server, store, p) = start(RedisOptions::default()).await;
+    server.command(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+    schedule_all(&store, &p, "t", 50, |_| T0).await;
+    server.command(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+    let claimed = store
+        .claim_due(&p, T0, 100, T0 + 60_000, "node")
+        .await
+        .expect("claim");
+    assert_eq!(claimed.tasks.len(), 50);
+}
