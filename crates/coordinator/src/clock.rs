@@ -5,7 +5,12 @@
 //! `server - (local_before + rtt / 2)`, good to within `rtt / 2`. The estimator keeps the
 //! samples of a recent window and uses the one with the smallest round trip (NTP's
 //! "minimum delay" filter): a sample delayed by a busy network or scheduler is simply not
-//! chosen.
+//! chosen. Among equally fast samples the newest wins, so slow drift is followed.
+//!
+//! Each sample only says "the offset lies within `rtt / 2` of this value". When a new sample
+//! cannot be reconciled with the current best (their intervals do not overlap, even with a
+//! millisecond of rounding), one of the clocks was stepped (NTP, a VM resumed): the window
+//! restarts from the new sample instead of trusting the old ones for another 16 heartbeats.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -150,17 +155,41 @@ impl ClusterClock {
         self.offset_ms.load(Ordering::Relaxed)
     }
 
+    /// Whether at least one sample has been recorded (before that, cluster time is local time).
+    pub fn is_synchronized(&self) -> bool {
+        !self.samples.lock().is_empty()
+    }
+
     /// Adds a sample and re-estimates the offset from the window's smallest round trip.
+    /// A sample whose local clock ran backwards during the round trip is ignored.
     pub fn record(&self, sample: ClockSample) {
+        if sample.local_after_ms < sample.local_before_ms {
+            return;
+        }
         let mut samples = self.samples.lock();
+        if let Some(best) = best_of(&samples) {
+            let tolerance = (best.round_trip_ms() + sample.round_trip_ms()) / 2 + STEP_TOLERANCE_MS;
+            if best.offset_ms().abs_diff(sample.offset_ms()) > tolerance {
+                // A clock was stepped: the old samples describe a clock that no longer exists.
+                samples.clear();
+            }
+        }
         if samples.len() == SAMPLE_WINDOW {
             samples.pop_front();
         }
         samples.push_back(sample);
-        if let Some(best) = samples.iter().min_by_key(|s| s.round_trip_ms()) {
+        if let Some(best) = best_of(&samples) {
             self.offset_ms.store(best.offset_ms(), Ordering::Relaxed);
         }
     }
+}
+
+/// Rounding of millisecond timestamps allowed when comparing two samples.
+const STEP_TOLERANCE_MS: u64 = 2;
+
+/// The sample with the smallest round trip; the newest among equals.
+fn best_of(samples: &VecDeque<ClockSample>) -> Option<&ClockSample> {
+    samples.iter().rev().min_by_key(|s| s.round_trip_ms())
 }
 
 #[cfg(test)]
@@ -184,5 +213,43 @@ mod tests {
         });
         assert_eq!(clock.offset_ms(), 5_000);
         assert_eq!(clock.now_ms(), 6_000);
+        assert!(clock.is_synchronized());
+    }
+
+    fn sample(local_before_ms: u64, server_ms: u64, local_after_ms: u64) -> ClockSample {
+        ClockSample {
+            local_before_ms,
+            server_ms,
+            local_after_ms,
+        }
+    }
+
+    #[test]
+    fn among_equally_fast_samples_the_newest_wins() {
+        let clock = ClusterClock::new(Arc::new(ManualClock::new(0)));
+        assert!(!clock.is_synchronized());
+        clock.record(sample(1_000, 1_501, 1_002));
+        clock.record(sample(2_000, 2_502, 2_002));
+        assert_eq!(clock.offset_ms(), 501);
+    }
+
+    #[test]
+    fn a_stepped_clock_restarts_the_window() {
+        let clock = ClusterClock::new(Arc::new(ManualClock::new(0)));
+        clock.record(sample(1_000, 1_000, 1_000));
+        // Slower, and irreconcilable with the first: the local clock jumped back 3 s.
+        clock.record(sample(2_000, 5_005, 2_010));
+        assert_eq!(clock.offset_ms(), 3_000);
+        // A slower sample that agrees with the best within their round trips does not.
+        clock.record(sample(3_000, 6_010, 3_020));
+        assert_eq!(clock.offset_ms(), 3_000);
+    }
+
+    #[test]
+    fn a_sample_whose_local_clock_ran_backwards_is_ignored() {
+        let clock = ClusterClock::new(Arc::new(ManualClock::new(0)));
+        clock.record(sample(2_000, 9_000, 1_000));
+        assert!(!clock.is_synchronized());
+        assert_eq!(clock.offset_ms(), 0);
     }
 }

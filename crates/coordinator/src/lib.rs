@@ -9,6 +9,37 @@
 //! - [`ClusterClock`]: Redis `TIME` as an offset from the local clock.
 //! - [`owner`] / [`owned_partitions`]: rendezvous hashing of `(queue, partition)` over the
 //!   live members.
+//! - [`validate`]: the configuration checks every backend runs first.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> delayq_coordinator::CoordinatorResult<()> {
+//! use std::sync::Arc;
+//! use delayq_coordinator::{
+//!     owned_partitions, Coordinator, CoordinatorConfig, MemoryCluster, MemoryCoordinator,
+//!     SystemClock,
+//! };
+//!
+//! // Two nodes in one process (`RedisCoordinator::join(url, ..)` is the same on Redis).
+//! let cluster = MemoryCluster::new();
+//! let config = CoordinatorConfig::default();
+//! let a = MemoryCoordinator::join(&cluster, config.clone(), Arc::new(SystemClock)).await?;
+//! let b = MemoryCoordinator::join(&cluster, config, Arc::new(SystemClock)).await?;
+//!
+//! // Both see the same membership, so both agree on who owns what.
+//! let membership = a.membership().borrow().clone();
+//! assert_eq!(membership, *b.membership().borrow());
+//! let mine = owned_partitions(a.node_id(), "order-timeout", 64, &membership.members);
+//! let theirs = owned_partitions(b.node_id(), "order-timeout", 64, &membership.members);
+//! assert_eq!(mine.len() + theirs.len(), 64);
+//!
+//! // A graceful leave hands everything over at once.
+//! b.leave().await?;
+//! let membership = a.membership().borrow().clone();
+//! assert_eq!(owned_partitions(a.node_id(), "order-timeout", 64, &membership.members).len(), 64);
+//! # Ok(())
+//! # }
+//! ```
 
 #![warn(missing_docs)]
 

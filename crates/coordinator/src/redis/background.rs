@@ -77,13 +77,9 @@ pub(crate) async fn subscriber_loop(
         .as_ref()
         .map(|_| shared.keys.wake_channel(shared.id.as_str()));
     let mut health = Health::new("subscription");
-    let mut backoff = Backoff::new(
-        Duration::from_millis(50),
-        shared
-            .config
-            .heartbeat_period
-            .max(Duration::from_millis(500)),
-    );
+    // Capped at one period: wake-ups sent while unsubscribed are lost, so come back soon.
+    let floor = Duration::from_millis(50);
+    let mut backoff = Backoff::new(floor, shared.config.heartbeat_period.max(floor));
     loop {
         match shared
             .bounded("subscribe", subscribe(&shared, wake_channel.as_deref()))
