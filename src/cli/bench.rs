@@ -140,22 +140,30 @@ pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result
             tracing::warn!(%error, "shutting a bench node down failed");
         }
     }
-    if !args.keep_keys {
-        if let Some(node) = nodes.first() {
+    let cleanup = match nodes.first() {
+        Some(node) if !args.keep_keys => {
             let cleaning = Instant::now();
-            remove_run_data(node.store(), &QUEUES).await?;
+            let removed = remove_run_data(node.store(), &QUEUES).await;
             tracing::info!(
                 elapsed_ms = cleaning.elapsed().as_millis() as u64,
                 "benchmark data removed"
             );
+            removed
         }
-    }
+        _ => Ok(()),
+    };
     let report = outcome?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         report.print();
     }
+    cleanup.map_err(|error| {
+        format!(
+            "removing the benchmark's keys under {}: failed: {error}",
+            config.redis.key_prefix
+        )
+    })?;
     Ok(())
 }
 
@@ -749,6 +757,9 @@ pub(crate) fn unique_prefix(base: &str) -> String {
     format!("{base}-{:08x}", rand::rng().random::<u32>())
 }
 
+/// A time after every due time and lease of a run (2^52 ms, exact as a Lua number).
+const END_OF_TIME_MS: u64 = 1 << 52;
+
 /// Removes the tasks of `queues` from the store after a run (every node is shut down): pending
 /// and in-flight tasks are cancelled, dead letters purged, completion records pruned. What
 /// the store API cannot remove stays: the queue registry entry and the cluster's epoch key
@@ -772,11 +783,15 @@ pub(crate) async fn remove_run_data(
             let partition = Partition::new(name.clone(), index);
             // No node runs any more: every lease can be ended, so in-flight tasks become
             // pending and the cancels below take them too.
-            store
-                .requeue_expired(&partition, u64::MAX, usize::MAX)
-                .await?;
+            while !store
+                .requeue_expired(&partition, END_OF_TIME_MS, 10_000)
+                .await?
+                .is_empty()
+            {}
             loop {
-                let ids = store.peek_window(&partition, 0, u64::MAX, 10_000).await?;
+                let ids = store
+                    .peek_window(&partition, 0, END_OF_TIME_MS, 10_000)
+                    .await?;
                 if ids.is_empty() {
                     break;
                 }
@@ -794,7 +809,7 @@ pub(crate) async fn remove_run_data(
                 }
             }
             store.purge_dead(&partition, None).await?;
-            while store.prune_done(&partition, u64::MAX, 10_000).await? > 0 {}
+            while store.prune_done(&partition, END_OF_TIME_MS, 10_000).await? > 0 {}
         }
     }
     Ok(())

@@ -100,17 +100,17 @@ pub async fn run(args: DemoArgs, json: bool) -> Result<(), BoxError> {
             tracing::warn!(node = %node.name, %error, "shutting the node down failed");
         }
     }
-    if args.redis.is_some() {
-        if let Some(node) = nodes.first() {
-            remove_run_data(node.scheduler.store(), &[QUEUE]).await?;
-        }
-    }
+    let cleanup = match (&args.redis, nodes.last()) {
+        (Some(_), Some(node)) => remove_run_data(node.scheduler.store(), &[QUEUE]).await,
+        _ => Ok(()),
+    };
     let summary = outcome?;
     if json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         summary.print(&backend_name);
     }
+    cleanup.map_err(|error| format!("removing the demo's keys under {prefix}: failed: {error}"))?;
     if summary.lost > 0 {
         return Err(format!("{} of {} tasks never fired", summary.lost, summary.tasks).into());
     }
