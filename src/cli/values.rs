@@ -1,7 +1,7 @@
 //! Parsers for command line values (durations, absolute times, queue names) and the
 //! encoding of payloads in JSON output.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use delayq_storage::{QueueName, TaskId};
 use serde_json::{Map, Value};
@@ -44,14 +44,6 @@ pub fn task_id(text: &str) -> Result<String, String> {
     TaskId::new(text)
         .map(|_| text.to_owned())
         .map_err(|error| error.to_string())
-}
-
-/// Milliseconds since the epoch on this machine's clock (only for display of ages).
-pub fn local_now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// Puts the payload into `object`: as `"payload"` (a string) when it is UTF-8, else as
