@@ -193,3 +193,29 @@ fn http_posts_the_task_as_json_and_retries_a_non_2xx_answer() {
         );
     }
 }
+
+#[test]
+fn a_second_signal_during_the_graceful_shutdown_exits_at_once_with_130() {
+    let env = Env::start("");
+    let mut node = env.spawn_node("stuck", &["--handler", "exec", "--", "sleep", "60"]);
+    env.wait_for_members(1);
+    env.json(&["schedule", "slow", "s1", "--in", "0ms"]);
+    wait_until(
+        Duration::from_secs(20),
+        "the task to be in flight",
+        || env.stats("slow")["inflight"] == 1,
+        || format!("{:?}", env.stats("slow")),
+    );
+    node.terminate();
+    // The handler sleeps far past shutdown_grace (3 s): the node is draining.
+    node.wait_for_stderr("shutting down", Duration::from_secs(10));
+    node.terminate();
+    let status = node.wait_exit(Duration::from_secs(2));
+    let stderr = node.stderr_text();
+    let status = status.unwrap_or_else(|| panic!("no exit after the second signal: {stderr}"));
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("error: SIGTERM during the graceful shutdown"),
+        "{stderr}"
+    );
+}

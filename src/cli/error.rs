@@ -4,7 +4,8 @@ use delayq_coordinator::CoordinatorError;
 use delayq_engine::EngineError;
 use delayq_storage::StorageError;
 
-/// A failed command: a usage error (exit 2) or a runtime error (exit 1). The message is one
+/// A failed command: a usage error (exit 2), a runtime error (exit 1) or an interruption
+/// (exit 130). The message is one
 /// line naming the cause and the value; `main` prints it as `error: <message>`.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -14,23 +15,30 @@ pub enum CliError {
     /// Something failed while running: Redis unreachable, task not found, handler setup, ...
     #[error("{0}")]
     Runtime(String),
+    /// A second signal (or one during start) ended the command at once: exit 130, like a
+    /// shell after Ctrl-C.
+    #[error("{0}")]
+    Interrupted(String),
 }
 
 /// `Result` with [`CliError`].
 pub type CliResult<T> = Result<T, CliError>;
 
 impl CliError {
-    /// The process exit code: 2 for usage errors, 1 for runtime errors.
+    /// The process exit code: 2 for usage errors, 1 for runtime errors, 130 when interrupted.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage(_) => 2,
             CliError::Runtime(_) => 1,
+            CliError::Interrupted(_) => 130,
         }
     }
 
     /// The message on one line (nested error texts may carry line breaks).
     pub fn one_line(&self) -> String {
-        let (CliError::Usage(message) | CliError::Runtime(message)) = self;
+        let (CliError::Usage(message)
+        | CliError::Runtime(message)
+        | CliError::Interrupted(message)) = self;
         message.split_whitespace().collect::<Vec<_>>().join(" ")
     }
 
@@ -39,6 +47,9 @@ impl CliError {
         match self {
             CliError::Usage(message) => CliError::Usage(format!("{context}: {message}")),
             CliError::Runtime(message) => CliError::Runtime(format!("{context}: {message}")),
+            CliError::Interrupted(message) => {
+                CliError::Interrupted(format!("{context}: {message}"))
+            }
         }
     }
 

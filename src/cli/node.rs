@@ -75,7 +75,7 @@ pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
     }
     let scheduler = tokio::select! {
         started = builder.start() => started?,
-        name = signals.next() => exit_at_once(name, "while starting"),
+        name = signals.next() => return Err(interrupted(name, "while starting")),
     };
     let queues = if args.queues.is_empty() {
         "*".to_owned()
@@ -86,11 +86,11 @@ pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
 
     let name = signals.next().await;
     tracing::info!(signal = name, node = %scheduler.node_id(), "shutting down: draining running tasks, then leaving the cluster");
-    tokio::spawn(async move {
-        let name = signals.next().await;
-        exit_at_once(name, "during the graceful shutdown");
-    });
-    scheduler.shutdown().await?;
+    tokio::select! {
+        stopped = scheduler.shutdown() => stopped?,
+        // Returning drops the runtime with the running handlers: `exec` commands are killed.
+        name = signals.next() => return Err(interrupted(name, "during the graceful shutdown")),
+    }
     tracing::info!(node = %scheduler.node_id(), "node stopped");
     Ok(())
 }
@@ -125,10 +125,9 @@ fn serve(handler: NodeHandler) -> impl Fn(Task) -> HandlerFuture + Send + Sync +
     move |task: Task| -> HandlerFuture { Box::pin(handler.clone().run(task)) }
 }
 
-/// Leaves at once after a signal: exit status 130, like a shell after Ctrl-C.
-fn exit_at_once(signal: &str, when: &str) -> ! {
-    eprintln!("error: {signal} {when}: exiting at once");
-    std::process::exit(130)
+/// The error that ends the node at once after a signal (exit status 130).
+fn interrupted(signal: &str, when: &str) -> CliError {
+    CliError::Interrupted(format!("{signal} {when}: exiting at once"))
 }
 
 /// SIGINT and SIGTERM, listened to from the start (so that neither kills the process

@@ -35,7 +35,7 @@ pub struct StatsArgs {
 pub async fn run(args: StatsArgs, json: bool, config: Config) -> CliResult<()> {
     let scheduler = producer(config).await?;
     let result = match args.watch {
-        None => print_once(&scheduler, json, false).await,
+        None => print_once(&scheduler, json, Refresh::Once).await,
         Some(interval) => watch(&scheduler, json, interval).await,
     };
     close(scheduler).await;
@@ -43,31 +43,42 @@ pub async fn run(args: StatsArgs, json: bool, config: Config) -> CliResult<()> {
 }
 
 async fn watch(scheduler: &Scheduler, json: bool, interval: Duration) -> CliResult<()> {
-    let clear = !json && std::io::stdout().is_terminal();
+    let refresh = if !json && std::io::stdout().is_terminal() {
+        Refresh::InPlace
+    } else {
+        Refresh::Append
+    };
     let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(100)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = ticks.tick() => print_once(scheduler, json, clear).await?,
+            _ = ticks.tick() => print_once(scheduler, json, refresh).await?,
             _ = tokio::signal::ctrl_c() => return Ok(()),
         }
     }
 }
 
-async fn print_once(scheduler: &Scheduler, json: bool, clear: bool) -> CliResult<()> {
+/// How a table is printed: once, redrawn in place (a terminal), or appended after a blank
+/// line (a pipe).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refresh {
+    Once,
+    InPlace,
+    Append,
+}
+
+async fn print_once(scheduler: &Scheduler, json: bool, refresh: Refresh) -> CliResult<()> {
     let stats = scheduler.stats().await?;
     if json {
         return print_json(&stats_json(&stats));
     }
-    let mut text = String::new();
-    if clear {
-        // Clear the screen and go home, so the table refreshes in place.
-        text.push_str("\x1b[2J\x1b[H");
-    }
-    text.push_str(&stats_table(&stats));
-    if !clear && !text.is_empty() {
-        text.push('\n');
-    }
+    let table = stats_table(&stats);
+    let text = match refresh {
+        Refresh::Once => table,
+        // Clear the screen and go home, so the table is redrawn in place.
+        Refresh::InPlace => format!("\x1b[2J\x1b[H{table}"),
+        Refresh::Append => format!("{table}\n"),
+    };
     write_stdout(&text)
 }
 

@@ -370,6 +370,16 @@ impl NodeProcess {
         node
     }
 
+    /// Waits until the node's stderr contains `needle`.
+    pub fn wait_for_stderr(&self, needle: &str, timeout: Duration) {
+        wait_until(
+            timeout,
+            &format!("{needle:?} on the stderr of {}", self.label),
+            || self.stderr_text().contains(needle),
+            || self.stderr_text(),
+        );
+    }
+
     fn wait_running(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
