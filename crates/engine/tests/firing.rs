@@ -8,16 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_coordinator::{LocalClock, SkewedClock, SystemClock};
+use delayq_engine::config::Config;
 use delayq_engine::{ScheduleRequest, Scheduler, Task, When};
 use rand::{Rng, SeedableRng};
 use support::{fast_config, wait_until, Recorder, TestBackend};
 
-async fn start_nodes(backend: &TestBackend, count: usize, recorder: &Recorder) -> Vec<Scheduler> {
-    let config = fast_config();
+async fn start_nodes(
+    backend: &TestBackend,
+    config: &Config,
+    count: usize,
+    recorder: &Recorder,
+) -> Vec<Scheduler> {
     let mut nodes = Vec::new();
     for _ in 0..count {
         let node = backend
-            .builder(&config)
+            .builder(config)
             .handler("orders", recorder.handler())
             .start()
             .await
@@ -54,7 +59,7 @@ fn lateness_summary(recorder: &Recorder) -> (u64, u64, u64) {
 
 async fn every_task_fires_exactly_once_never_early(backend: TestBackend, tasks: usize) {
     let recorder = Recorder::new();
-    let nodes = start_nodes(&backend, 3, &recorder).await;
+    let nodes = start_nodes(&backend, &fast_config(), 3, &recorder).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     // Each node schedules a third of the tasks, in batches, concurrently.
     let mut batches: Vec<Vec<ScheduleRequest>> = vec![Vec::new(); nodes.len()];
@@ -80,9 +85,11 @@ async fn every_task_fires_exactly_once_never_early(backend: TestBackend, tasks: 
             }
         }));
     }
+    let loading = std::time::Instant::now();
     for producer in producers {
         producer.await.expect("producer finished");
     }
+    eprintln!("scheduled {tasks} tasks in {:?}", loading.elapsed());
     wait_until(Duration::from_secs(30), "every task fired", || {
         recorder.distinct() == tasks
     })
@@ -145,10 +152,11 @@ async fn three_memory_nodes_fire_5000_tasks_exactly_once_never_early() {
 
 async fn cancel_and_reschedule_win_over_prefetch(backend: TestBackend) {
     let recorder = Recorder::new();
-    let nodes = start_nodes(&backend, 2, &recorder).await;
+    let config = fast_config();
+    let nodes = start_nodes(&backend, &config, 2, &recorder).await;
     // A producer that runs no handler: the owners learn of the tasks by wake-up or pull.
     let producer = backend
-        .builder(&fast_config())
+        .builder(&config)
         .start()
         .await
         .expect("producer starts");
@@ -223,11 +231,12 @@ async fn a_node_whose_clock_is_5s_off_fires_on_time() {
     let backend = TestBackend::redis();
     let fired_at_real_ms = Arc::new(parking_lot::Mutex::new(Vec::<(u64, u64)>::new()));
     let record = fired_at_real_ms.clone();
+    let config = fast_config();
     let mut nodes = Vec::new();
     for skew_ms in [5_000i64, -5_000] {
         let record = record.clone();
         let node = backend
-            .builder(&fast_config())
+            .builder(&config)
             .local_clock(Arc::new(SkewedClock { skew_ms }))
             .handler("orders", move |task: Task| {
                 record.lock().push((task.due_ms, SystemClock.now_ms()));
