@@ -271,7 +271,9 @@ impl TaskStore for MemoryStore {
     async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
         let state = self.partition(&token.partition)?;
         let now_ms = self.now_ms();
-        let completed = state.lock().ack(token, now_ms).map_err(stale(token))?;
+        let retention_ms = self.inner.options.executed_retention_ms;
+        let completed = state.lock().ack(token, now_ms, retention_ms);
+        let completed = completed.map_err(stale(token))?;
         Ok(if completed {
             AckOutcome::Completed
         } else {

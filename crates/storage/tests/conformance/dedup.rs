@@ -185,8 +185,47 @@ pub async fn retried_task_dedups_on_the_due_it_was_scheduled_with(make: Make) {
         AckOutcome::Completed
     );
     assert_eq!(
+        get(&store, &p, "a").await.due_ms,
+        T0 + 1_000,
+        "get reports the due that fired"
+    );
+    assert_eq!(
         schedule(&store, &p, "a", T0).await,
         ScheduleOutcome::Duplicate,
         "the producer re-sends the due it scheduled, not the retry's"
+    );
+}
+
+pub async fn rearming_an_id_forgets_its_done_record(make: Make) {
+    let (store, p) = setup(make).await;
+    complete(&store, &p, "a", T0).await;
+    assert_eq!(
+        schedule(&store, &p, "a", T0 + 1).await,
+        ScheduleOutcome::Created
+    );
+    assert_eq!(store.stats(&p, T0).await.expect("stats").done, 0);
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Replaced {
+            previous_due_ms: T0 + 1
+        },
+        "a live task is replaced, whatever fired before"
+    );
+    assert!(store.cancel(&p, &id("a")).await.expect("cancel"));
+    assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
+}
+
+pub async fn with_zero_retention_ack_keeps_no_done_record(make: Make) {
+    let options = StoreOptions {
+        executed_retention_ms: 0,
+        ..StoreOptions::default()
+    };
+    let (store, p) = setup_with(make, options).await;
+    complete(&store, &p, "a", T0).await;
+    assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
+    assert_eq!(store.stats(&p, T0).await.expect("stats").done, 0);
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Created
     );
 }

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use delayq_storage::{
-    AckOutcome, FailAction, FailOutcome, ScheduleOutcome, StorageError, TaskState,
+    AckOutcome, FailAction, FailOutcome, ScheduleOutcome, StorageError, TaskState, MAX_DUE_MS,
 };
 
 use super::*;
@@ -38,9 +38,7 @@ pub async fn ack_completes_and_keeps_a_done_record_without_payload(make: Make) {
     );
     let stats = store.stats(&p, T0).await.expect("stats");
     assert_eq!((stats.pending, stats.inflight, stats.done), (0, 0, 1));
-    assert!(claim_all(&store, &p, delayq_storage::MAX_DUE_MS)
-        .await
-        .is_empty());
+    assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
 }
 
 pub async fn ack_with_a_token_from_before_requeue_and_reclaim_is_stale_and_changes_nothing(
@@ -143,6 +141,9 @@ pub async fn requeue_expired_puts_lapsed_leases_back_without_spending_an_attempt
         "the attempt is not spent"
     );
     assert_eq!(info.last_error.as_deref(), Some("boom"));
+    assert_eq!(info.due_ms, T0 + 1_001, "due at once: at the requeue time");
+    let window = store.peek_window(&p, 0, MAX_DUE_MS, 10).await;
+    assert_eq!(window.expect("peek_window"), [(id("a"), T0 + 1_001)]);
     let third = claim_one(&store, &p, T0 + 1_001).await;
     assert_eq!(third.attempt, 2);
     assert_eq!(third.generation, first.generation);
@@ -241,7 +242,7 @@ pub async fn cancel_removes_an_inflight_task(make: Make) {
     assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
     assert_eq!(store.stats(&p, T0).await.expect("stats").inflight, 0);
     assert!(store
-        .requeue_expired(&p, delayq_storage::MAX_DUE_MS, 10)
+        .requeue_expired(&p, MAX_DUE_MS, 10)
         .await
         .expect("requeue")
         .is_empty());
@@ -298,10 +299,18 @@ pub async fn reschedule_during_inflight_makes_ack_superseded_and_the_new_schedul
             previous_due_ms: T0
         }
     );
+    let stats = store.stats(&p, T0).await.expect("stats");
+    assert_eq!(
+        (stats.pending, stats.inflight),
+        (1, 1),
+        "the superseded handler still runs"
+    );
     assert_eq!(
         store.ack(&claimed.token).await.expect("ack"),
         AckOutcome::Superseded
     );
+    let stats = store.stats(&p, T0).await.expect("stats");
+    assert_eq!((stats.pending, stats.inflight), (1, 0));
     let info = get(&store, &p, "a").await;
     assert_eq!(
         (info.state, info.due_ms, info.attempt),
@@ -352,4 +361,22 @@ pub async fn ack_after_cancel_and_schedule_again_is_superseded_and_keeps_the_new
         "a generation is never reused"
     );
     assert_eq!(claim_all(&store, &p, T0).await.len(), 1);
+}
+
+pub async fn requeue_expired_drops_a_superseded_lease_and_keeps_the_new_schedule(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let claimed = claim_one_until(&store, &p, T0, T0 + 1_000).await;
+    schedule(&store, &p, "a", T0 + 5_000).await;
+    let requeued = store.requeue_expired(&p, T0 + 2_000, 10).await;
+    assert!(
+        requeued.expect("requeue_expired").is_empty(),
+        "a is pending already"
+    );
+    let stats = store.stats(&p, T0).await.expect("stats");
+    assert_eq!((stats.pending, stats.inflight), (1, 0));
+    let info = get(&store, &p, "a").await;
+    assert_eq!((info.state, info.due_ms), (TaskState::Pending, T0 + 5_000));
+    assert_eq!(ack(&store, &claimed).await, AckOutcome::Superseded);
+    assert!(claim_all(&store, &p, T0 + 4_999).await.is_empty());
 }

@@ -309,6 +309,7 @@ macro_rules! conformance_suite {
                 renew_extends_the_lease_past_requeue_expired,
                 requeue_expired_puts_lapsed_leases_back_without_spending_an_attempt,
                 requeue_expired_respects_the_limit_and_leaves_live_leases,
+                requeue_expired_drops_a_superseded_lease_and_keeps_the_new_schedule,
                 fail_retry_at_increments_the_attempt_and_keeps_the_last_error,
                 fail_retry_at_is_claimable_at_the_new_time_only,
                 cancel_removes_an_inflight_task,
@@ -337,6 +338,8 @@ macro_rules! conformance_suite {
                 dedup_ends_after_the_executed_retention,
                 requeued_task_dedups_on_the_due_it_was_scheduled_with,
                 retried_task_dedups_on_the_due_it_was_scheduled_with,
+                rearming_an_id_forgets_its_done_record,
+                with_zero_retention_ack_keeps_no_done_record,
             ],
             queues: [
                 register_queue_records_the_count_and_accepts_it_again,

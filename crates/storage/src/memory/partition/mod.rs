@@ -1,0 +1,299 @@
+//! The state of one queue partition and the operations on it.
+//!
+//! Every method runs under the partition's lock, so each one is atomic, like a Lua script
+//! on the partition's hash slot in the Redis backend. Times that the store stamps itself
+//! (`completed_ms`, `failed_ms`, the dedup age) come in as `now_ms` from the store's clock.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+
+mod admin;
+mod lease;
+
+pub(super) use self::lease::StaleLease;
+use super::index::TimeIndex;
+use crate::model::{
+    ClaimBatch, ClaimedTask, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome, TaskId,
+    TaskInfo, TaskState,
+};
+
+/// A live task: pending, in flight or dead.
+#[derive(Debug)]
+struct Record {
+    /// The due of the current attempt: what a claim reports. A task put back by
+    /// `requeue_expired` keeps it and waits in the pending index at the requeue time.
+    due_ms: u64,
+    /// The due it was scheduled with: what dedup compares a re-sent schedule with, kept
+    /// through retries and lease expiries.
+    scheduled_due_ms: u64,
+    attempt: u32,
+    generation: u64,
+    payload: Bytes,
+    last_error: Option<String>,
+    place: Place,
+}
+
+/// Where a live task is, with what that place needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// In the pending index at `at_ms`.
+    Pending {
+        at_ms: u64,
+    },
+    Inflight {
+        claim: u64,
+        lease_deadline_ms: u64,
+    },
+    Dead {
+        failed_ms: u64,
+    },
+}
+
+/// What remains of a completed task: what dedup and `get` need, no payload.
+#[derive(Debug)]
+struct DoneRecord {
+    /// The due that fired (of the last attempt).
+    due_ms: u64,
+    /// The due it was scheduled with, for dedup.
+    scheduled_due_ms: u64,
+    attempt: u32,
+    generation: u64,
+    completed_ms: u64,
+}
+
+/// The lease of a claim whose task was scheduled again while its handler ran: it stays in
+/// the in-flight index (the handler is still running) until that handler acks or fails, its
+/// lease runs out, the new schedule is claimed, or the id is cancelled.
+#[derive(Debug, Clone, Copy)]
+struct Superseded {
+    claim: u64,
+    lease_deadline_ms: u64,
+}
+
+/// One partition: its live tasks, their time indexes, and the done records.
+#[derive(Debug, Default)]
+pub(super) struct PartitionState {
+    tasks: HashMap<TaskId, Record>,
+    due: TimeIndex,
+    /// Leases of in-flight records and of superseded claims.
+    inflight: TimeIndex,
+    superseded: HashMap<TaskId, Superseded>,
+    dead: TimeIndex,
+    done: HashMap<TaskId, DoneRecord>,
+    done_order: TimeIndex,
+    /// The source of generations and claim numbers: strictly increasing in the partition, so
+    /// a generation is never reused for an id, not even after a cancel.
+    sequence: u64,
+}
+
+impl Record {
+    /// When the task is due now: its place in the pending index, else its attempt's due.
+    fn current_due_ms(&self) -> u64 {
+        match self.place {
+            Place::Pending { at_ms } => at_ms,
+            _ => self.due_ms,
+        }
+    }
+}
+
+impl PartitionState {
+    fn next_sequence(&mut self) -> u64 {
+        self.sequence += 1;
+        self.sequence
+    }
+
+    /// Takes `id` out of the time index of its current place.
+    fn unindex(&mut self, id: &TaskId, place: Place) {
+        match place {
+            Place::Pending { at_ms } => self.due.remove(at_ms, id),
+            Place::Inflight {
+                lease_deadline_ms, ..
+            } => self.inflight.remove(lease_deadline_ms, id),
+            Place::Dead { failed_ms } => self.dead.remove(failed_ms, id),
+        };
+    }
+
+    /// Forgets the superseded claim of `id`, if any.
+    fn drop_superseded(&mut self, id: &TaskId) {
+        if let Some(old) = self.superseded.remove(id) {
+            self.inflight.remove(old.lease_deadline_ms, id);
+        }
+    }
+
+    /// Forgets the done record of `id`, if any.
+    fn drop_done(&mut self, id: &TaskId) {
+        if let Some(done) = self.done.remove(id) {
+            self.done_order.remove(done.completed_ms, id);
+        }
+    }
+
+    /// Whether `(id, due)` completed less than `retention_ms` before `now_ms`.
+    fn is_duplicate(&self, task: &NewTask, now_ms: u64, retention_ms: u64) -> bool {
+        self.done.get(&task.id).is_some_and(|done| {
+            done.scheduled_due_ms == task.due_ms
+                && now_ms.saturating_sub(done.completed_ms) < retention_ms
+        })
+    }
+
+    /// Schedules an already validated task.
+    pub(super) fn schedule(
+        &mut self,
+        task: NewTask,
+        mode: ScheduleMode,
+        now_ms: u64,
+        retention_ms: u64,
+    ) -> ScheduleOutcome {
+        // A live task wins over the executed-set: dedup only guards an id that is not live,
+        // and re-arming an id (another due) forgets its done record.
+        let outcome = match self.tasks.get(&task.id) {
+            Some(existing) if mode == ScheduleMode::IfAbsent => {
+                return ScheduleOutcome::Kept {
+                    due_ms: existing.current_due_ms(),
+                }
+            }
+            Some(existing) => {
+                let (place, previous_due_ms) = (existing.place, existing.current_due_ms());
+                if let Place::Inflight {
+                    claim,
+                    lease_deadline_ms,
+                } = place
+                {
+                    // The handler still runs: its lease stays in flight until it reports.
+                    let old = Superseded {
+                        claim,
+                        lease_deadline_ms,
+                    };
+                    self.superseded.insert(task.id.clone(), old);
+                } else {
+                    self.unindex(&task.id, place);
+                }
+                ScheduleOutcome::Replaced { previous_due_ms }
+            }
+            None if self.is_duplicate(&task, now_ms, retention_ms) => {
+                return ScheduleOutcome::Duplicate
+            }
+            None => {
+                self.drop_done(&task.id);
+                ScheduleOutcome::Created
+            }
+        };
+        let generation = self.next_sequence();
+        self.due.insert(task.due_ms, task.id.clone());
+        self.tasks.insert(
+            task.id,
+            Record {
+                due_ms: task.due_ms,
+                scheduled_due_ms: task.due_ms,
+                attempt: 1,
+                generation,
+                payload: task.payload,
+                last_error: None,
+                place: Place::Pending { at_ms: task.due_ms },
+            },
+        );
+        outcome
+    }
+
+    /// Removes a live task.
+    pub(super) fn cancel(&mut self, id: &TaskId) -> bool {
+        match self.tasks.remove(id) {
+            Some(record) => {
+                self.unindex(id, record.place);
+                self.drop_superseded(id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The task as `get` reports it; done records only within the retention.
+    pub(super) fn get(&self, id: &TaskId, now_ms: u64, retention_ms: u64) -> Option<TaskInfo> {
+        if let Some(record) = self.tasks.get(id) {
+            let (state, state_since_ms) = match record.place {
+                Place::Pending { .. } => (TaskState::Pending, None),
+                Place::Inflight {
+                    lease_deadline_ms, ..
+                } => (TaskState::Inflight, Some(lease_deadline_ms)),
+                Place::Dead { failed_ms } => (TaskState::Dead, Some(failed_ms)),
+            };
+            return Some(TaskInfo {
+                id: id.clone(),
+                state,
+                due_ms: record.current_due_ms(),
+                attempt: record.attempt,
+                generation: record.generation,
+                payload: record.payload.clone(),
+                last_error: record.last_error.clone(),
+                state_since_ms,
+            });
+        }
+        let done = self.done.get(id)?;
+        (now_ms.saturating_sub(done.completed_ms) < retention_ms).then(|| TaskInfo {
+            id: id.clone(),
+            state: TaskState::Done,
+            due_ms: done.due_ms,
+            attempt: done.attempt,
+            generation: done.generation,
+            payload: Bytes::new(),
+            last_error: None,
+            state_since_ms: Some(done.completed_ms),
+        })
+    }
+
+    /// Moves up to `limit` due tasks to in-flight.
+    pub(super) fn claim_due(
+        &mut self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+        lease_deadline_ms: u64,
+    ) -> ClaimBatch {
+        let mut tasks = Vec::with_capacity(limit.min(self.due.len()));
+        while tasks.len() < limit {
+            let Some((_, id)) = self.due.pop_first_if(|due| due <= now_ms) else {
+                break;
+            };
+            // The new claim's lease replaces a superseded claim's entry, as in Redis, where
+            // both are the id's one member of the in-flight set.
+            self.drop_superseded(&id);
+            let claim = self.next_sequence();
+            let Some(record) = self.tasks.get_mut(&id) else {
+                // The index and the records change together under one lock; an entry
+                // without a record cannot exist, but skipping it is the safe answer.
+                continue;
+            };
+            record.place = Place::Inflight {
+                claim,
+                lease_deadline_ms,
+            };
+            self.inflight.insert(lease_deadline_ms, id.clone());
+            tasks.push(ClaimedTask {
+                token: LeaseToken {
+                    partition: partition.clone(),
+                    id: id.clone(),
+                    generation: record.generation,
+                    claim,
+                },
+                id,
+                due_ms: record.due_ms,
+                attempt: record.attempt,
+                generation: record.generation,
+                payload: record.payload.clone(),
+            });
+        }
+        ClaimBatch {
+            tasks,
+            next_due_ms: self.due.first_at(),
+        }
+    }
+
+    /// The pending `(id, due)` pairs in `from_ms..=to_ms`.
+    pub(super) fn peek_window(&self, from_ms: u64, to_ms: u64, limit: usize) -> Vec<(TaskId, u64)> {
+        self.due
+            .range(from_ms, to_ms)
+            .take(limit)
+            .map(|(due, id)| (id.clone(), due))
+            .collect()
+    }
+}
