@@ -22,6 +22,13 @@ fn main() -> ExitCode {
             let _ = error.print();
             return ExitCode::SUCCESS;
         }
+        Err(error)
+            if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            // `delayq` alone: the help, on stderr, as a usage error.
+            let _ = error.print();
+            return ExitCode::from(2);
+        }
         Err(error) => {
             eprintln!("{}", clap_error_line(&error));
             return ExitCode::from(2);

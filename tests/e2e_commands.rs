@@ -254,6 +254,9 @@ fn help_shows_examples_and_exits_0() {
         help.contains("Examples:") && help.contains("delayq schedule"),
         "{help}"
     );
+    let output = run_bare(&[]);
+    assert_eq!(output.status.code(), Some(2), "no command is a usage error");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("Usage: delayq"));
     let output = run_bare(&["node", "--help"]);
     let help = String::from_utf8_lossy(&output.stdout);
     assert!(help.contains("DELAYQ_ATTEMPT"), "{help}");
