@@ -14,7 +14,12 @@
 
 local due_key, tasks_key, inflight_key = KEYS[1], KEYS[2], KEYS[3]
 local lease = ARGV[3]
-local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+-- id1, score1, id2, score2, ...
+local entries = redis.call('ZRANGEBYSCORE', due_key, '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+local ids = {}
+for i = 1, #entries, 2 do
+  ids[#ids + 1] = entries[i]
+end
 
 local decoded = {}
 for i, id in ipairs(ids) do
@@ -37,7 +42,9 @@ if #ids > 0 then
     if entry then
       local rec, raw = entry[1], entry[2]
       local claim = math.max(rec.claim + 1, now_us)
-      local record = encode_record(rec.gen, rec.attempt, claim, rec.due, rec.sched, rec.err,
+      -- The due becomes explicit: the record must keep it once the task leaves `due`.
+      local due = due_of(rec, entries[2 * i])
+      local record = encode_record(rec.gen, rec.attempt, claim, due, rec.sched, rec.err,
         string.sub(raw, rec.payload_at))
       redis.call('HSET', tasks_key, id, record)
       leases[#leases + 1] = lease

@@ -27,7 +27,12 @@ redis.call('ZREM', inflight_key, id)
 if ARGV[5] == 'retry' then
   local attempt = rec.attempt + 1
   local due = ARGV[6]
-  redis.call('HSET', tasks_key, id, encode_record(rec.gen, attempt, rec.claim, due, rec.sched, ARGV[4], payload))
+  local sched = sched_of(rec)
+  if sched == due then
+    sched = ''
+  end
+  -- Pending again: the due is implicit (the score), the scheduled due stays the dedup key.
+  redis.call('HSET', tasks_key, id, encode_record(rec.gen, attempt, rec.claim, '', sched, ARGV[4], payload))
   redis.call('ZADD', due_key, due, id)
   return { 'retrying', attempt, due }
 end

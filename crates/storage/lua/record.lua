@@ -6,11 +6,14 @@
 --
 --   1|<generation>|<attempt>|<claim>|<due>|<scheduled due>|<error length>|<error><payload>
 --
--- all numbers in decimal ASCII. <due> is the due time of the current (or last) attempt;
--- <scheduled due> is the due the producer gave, the dedup key, written empty when it equals
--- <due>. <claim> is the fencing number of the latest claim (0 before the first one). The
--- first field is the format version: a record whose version is not 1 is refused, never
--- guessed at.
+-- all numbers in decimal ASCII, and a field left empty takes its default: attempt 1, claim 0,
+-- error length 0, scheduled due = due, and due = the task's score in `due` (allowed only
+-- while the task is pending: claim_due writes the due into the record). A fresh pending task
+-- thus costs "1|<16-digit generation>||||||" = 24 bytes before its payload, which keeps a
+-- record with a 50-byte payload inside jemalloc's 80-byte size class.
+-- <due> is the due time of the current (or last) attempt; <scheduled due> is the due the
+-- producer gave, the dedup key; <claim> is the fencing number of the latest claim. The first
+-- field is the format version: a record whose version is not 1 is refused, never guessed at.
 
 local RECORD_VERSION = '1'
 
@@ -25,6 +28,7 @@ local function stale()
 end
 
 -- Decodes a record: a table {gen, attempt, claim, due, sched, err, payload_at} or nil, reason.
+-- due and sched are decimal strings, '' when implicit; see due_of and sched_of.
 local function decode_record(raw)
   local version = string.match(raw, '^(%d+)|')
   if version == nil then
@@ -34,21 +38,18 @@ local function decode_record(raw)
     return nil, 'unknown record version ' .. version .. ' (this release reads version 1)'
   end
   local gen, attempt, claim, due, sched, errlen, rest =
-    string.match(raw, '^1|(%d+)|(%d+)|(%d+)|(%d+)|(%d*)|(%d+)|()')
+    string.match(raw, '^1|(%d+)|(%d*)|(%d*)|(%d*)|(%d*)|(%d*)|()')
   if gen == nil then
     return nil, 'malformed version 1 header'
   end
-  errlen = tonumber(errlen)
+  errlen = tonumber(errlen) or 0
   if rest + errlen - 1 > #raw then
     return nil, 'the error text runs past the end of the record'
   end
-  if sched == '' then
-    sched = due
-  end
   return {
     gen = tonumber(gen),
-    attempt = tonumber(attempt),
-    claim = tonumber(claim),
+    attempt = tonumber(attempt) or 1,
+    claim = tonumber(claim) or 0,
     due = due,
     sched = sched,
     err = string.sub(raw, rest, rest + errlen - 1),
@@ -56,13 +57,33 @@ local function decode_record(raw)
   }
 end
 
--- Encodes a record; due and sched are decimal strings, the counters numbers.
+-- The record's due, or `score` (the task's score in `due`) when the record leaves it implicit.
+local function due_of(rec, score)
+  if rec.due ~= '' then
+    return rec.due
+  end
+  return score
+end
+
+-- The scheduled due (dedup key) as far as the record says: '' only for a pending record
+-- whose due and scheduled due are both its score.
+local function sched_of(rec)
+  if rec.sched ~= '' then
+    return rec.sched
+  end
+  return rec.due
+end
+
+-- Encodes a record. due and sched are decimal strings ('' = implicit); counters are numbers.
 local function encode_record(gen, attempt, claim, due, sched, err, payload)
   if sched == due then
     sched = ''
   end
-  return RECORD_VERSION .. string.format('|%d|%d|%d|', gen, attempt, claim)
-    .. due .. '|' .. sched .. '|' .. string.len(err) .. '|' .. err .. payload
+  local len = string.len(err)
+  return RECORD_VERSION .. '|' .. string.format('%d', gen)
+    .. '|' .. (attempt == 1 and '' or string.format('%d', attempt))
+    .. '|' .. (claim == 0 and '' or string.format('%d', claim))
+    .. '|' .. due .. '|' .. sched .. '|' .. (len == 0 and '' or len) .. '|' .. err .. payload
 end
 
 -- Redis TIME (the cluster clock) in milliseconds.

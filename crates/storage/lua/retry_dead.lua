@@ -22,8 +22,12 @@ local rec, reason = decode_record(raw)
 if not rec then
   return corrupt(id, reason)
 end
+local sched = sched_of(rec)
+if sched == due then
+  sched = ''
+end
 redis.call('HSET', tasks_key, id,
-  encode_record(rec.gen, 1, rec.claim, due, rec.sched, rec.err, string.sub(raw, rec.payload_at)))
+  encode_record(rec.gen, 1, rec.claim, '', sched, rec.err, string.sub(raw, rec.payload_at)))
 redis.call('ZREM', dead_key, id)
 redis.call('ZADD', due_key, due, id)
 return 1

@@ -50,7 +50,7 @@ for i = 3, #ARGV, 3 do
         local done = redis.call('ZSCORE', done_key, id)
         if done then
           now_ms = now_ms or redis_now_ms()
-          if retention > 0 and rec.sched == due and now_ms - tonumber(done) < retention then
+          if retention > 0 and sched_of(rec) == due and now_ms - tonumber(done) < retention then
             verdict = 'duplicate'
           else
             redis.call('ZREM', done_key, id)
@@ -64,7 +64,7 @@ for i = 3, #ARGV, 3 do
       now_us = now_us or redis_now_us()
       gen = now_us
     end
-    redis.call('HSET', tasks_key, id, encode_record(gen, 1, claim, due, due, '', payload))
+    redis.call('HSET', tasks_key, id, encode_record(gen, 1, claim, '', '', '', payload))
     redis.call('ZADD', due_key, due, id)
   end
   out[#out + 1] = verdict

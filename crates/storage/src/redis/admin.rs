@@ -9,7 +9,7 @@ use crate::model::{DeadTask, Partition, PartitionStats, QueueName, TaskId, TaskI
 use super::connection::RedisStore;
 use super::error_map::{map_error, unexpected_reply};
 use super::keys::registry_key;
-use super::lease::decode;
+use super::lease::{decode, explicit_due};
 use super::reply::{expect_array, expect_number, number, task_id, text};
 use super::scripts::SCRIPTS;
 
@@ -127,7 +127,7 @@ impl RedisStore {
         };
         let (due_ms, state_since_ms) = match state {
             TaskState::Pending => (score, None),
-            _ => (record.due_ms, Some(score)),
+            _ => (explicit_due(&keys.tasks, id, &record)?, Some(score)),
         };
         Ok(Some(TaskInfo {
             id: id.clone(),
@@ -227,8 +227,8 @@ impl RedisStore {
             let failed_ms = expect_number(OPERATION, &failed_ms, "failed_ms")?;
             let record = decode(&keys.tasks, &id, raw)?;
             dead.push(DeadTask {
+                due_ms: explicit_due(&keys.tasks, &id, &record)?,
                 id,
-                due_ms: record.due_ms,
                 attempt: record.attempt,
                 failed_ms,
                 last_error: record.last_error(),

@@ -50,6 +50,7 @@ impl RedisStore {
         while let (Some(id), Some(raw)) = (values.next(), values.next()) {
             let id = task_id(&keys.due, id)?;
             let record = decode(&keys.tasks, &id, raw)?;
+            let due_ms = explicit_due(&keys.tasks, &id, &record)?;
             tasks.push(ClaimedTask {
                 token: LeaseToken {
                     partition: partition.clone(),
@@ -58,7 +59,7 @@ impl RedisStore {
                     claim: record.claim,
                 },
                 id,
-                due_ms: record.due_ms,
+                due_ms,
                 attempt: record.attempt,
                 generation: record.generation,
                 payload: record.payload,
@@ -242,6 +243,17 @@ pub(crate) fn decode(tasks_key: &str, id: &TaskId, raw: Value) -> StorageResult<
         field: id.to_string(),
         reason,
     })
+}
+
+/// The due a record outside the `due` set must carry.
+pub(crate) fn explicit_due(tasks_key: &str, id: &TaskId, record: &Record) -> StorageResult<u64> {
+    record
+        .explicit_due()
+        .map_err(|reason| StorageError::CorruptRecord {
+            key: tasks_key.to_owned(),
+            field: id.to_string(),
+            reason,
+        })
 }
 
 /// Maps the error of a script that checks a lease token.

@@ -5,10 +5,15 @@
 //! ```
 //!
 //! Numbers are decimal ASCII, so the Lua scripts read and rewrite the header with one
-//! `string.match` and the payload stays opaque bytes after it. `<due>` is the due time of the
-//! current (or last) attempt; `<scheduled due>` is the due the producer gave (the dedup key),
-//! written empty when it equals `<due>`; `<claim>` is the fencing number of the latest claim.
-//! A pending task with a 50-byte payload costs about 25 header bytes.
+//! `string.match` and the payload stays opaque bytes after it. An empty field takes its
+//! default: attempt 1, claim 0, error length 0, scheduled due = due, and due = the task's
+//! score in the `due` set (only while it is pending; `claim_due` writes it into the record).
+//! `<due>` is the due time of the current (or last) attempt; `<scheduled due>` is the due the
+//! producer gave (the dedup key); `<claim>` is the fencing number of the latest claim.
+//!
+//! Why so terse: a fresh pending task's header is `1|<16-digit generation>||||||`, 24 bytes,
+//! so with a 50-byte payload the value fits jemalloc's 80-byte size class (76 usable bytes);
+//! writing the defaults out would push it into the 96-byte class, 16 bytes more per task.
 //!
 //! The first field is the version. A record with another version, or none, is refused with a
 //! reason (the caller turns it into `CorruptRecord` naming key and field), never guessed at;
@@ -23,16 +28,16 @@ pub(crate) const RECORD_VERSION: u64 = 1;
 /// A decoded record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Record {
-    /// Bumped each time the id is scheduled.
+    /// Bumped each time the id is scheduled; never reused for an id.
     pub generation: u64,
     /// The attempt of the current (or last) delivery.
     pub attempt: u32,
     /// The fencing number of the latest claim (0 before the first).
     pub claim: u64,
-    /// The due time of the current (or last) attempt.
-    pub due_ms: u64,
-    /// The due time the producer scheduled: the dedup key.
-    pub scheduled_due_ms: u64,
+    /// The due time of the current (or last) attempt; `None`: the task's score in `due`.
+    pub due_ms: Option<u64>,
+    /// The due time the producer scheduled, the dedup key; `None`: the same as the due.
+    pub scheduled_due_ms: Option<u64>,
     /// The last handler error (empty: none).
     pub last_error: String,
     /// The payload (empty for a completed task).
@@ -52,12 +57,12 @@ impl Record {
             ));
         }
         let generation = cursor.number("generation")?;
-        let attempt = cursor.number("attempt")?;
+        let attempt = cursor.optional_number("attempt")?.unwrap_or(1);
         let attempt = u32::try_from(attempt).map_err(|_| format!("attempt {attempt} overflows"))?;
-        let claim = cursor.number("claim")?;
-        let due_ms = cursor.number("due")?;
-        let scheduled_due_ms = cursor.optional_number("scheduled due")?.unwrap_or(due_ms);
-        let error_len = cursor.number("error length")?;
+        let claim = cursor.optional_number("claim")?.unwrap_or(0);
+        let due_ms = cursor.optional_number("due")?;
+        let scheduled_due_ms = cursor.optional_number("scheduled due")?;
+        let error_len = cursor.optional_number("error length")?.unwrap_or(0);
         let error_start = cursor.at;
         let error_end = usize::try_from(error_len)
             .ok()
@@ -79,27 +84,35 @@ impl Record {
         })
     }
 
-    /// Encodes the record as the scripts write it (used by tests to plant records; in
-    /// production only the scripts write records).
+    /// Encodes the record as the scripts write it (tests plant records with it; in production
+    /// only the scripts write records).
     #[cfg(test)]
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let scheduled = if self.scheduled_due_ms == self.due_ms {
-            String::new()
-        } else {
-            self.scheduled_due_ms.to_string()
-        };
+        let optional =
+            |value: Option<u64>| value.map(|value| value.to_string()).unwrap_or_default();
+        let unless = |value: u64, default: u64| optional((value != default).then_some(value));
+        let scheduled = optional(
+            self.scheduled_due_ms
+                .filter(|due| Some(*due) != self.due_ms),
+        );
         let mut out = format!(
             "{RECORD_VERSION}|{}|{}|{}|{}|{scheduled}|{}|{}",
             self.generation,
-            self.attempt,
-            self.claim,
-            self.due_ms,
-            self.last_error.len(),
+            unless(u64::from(self.attempt), 1),
+            unless(self.claim, 0),
+            optional(self.due_ms),
+            unless(self.last_error.len() as u64, 0),
             self.last_error
         )
         .into_bytes();
         out.extend_from_slice(&self.payload);
         out
+    }
+
+    /// The due of the current (or last) attempt, which every record outside `due` carries.
+    pub(crate) fn explicit_due(&self) -> Result<u64, String> {
+        self.due_ms
+            .ok_or_else(|| "the record of a task that is not pending has no due".to_owned())
     }
 
     /// The last error, if any.
@@ -154,8 +167,8 @@ mod tests {
             generation: 3,
             attempt: 2,
             claim: 1_700_000_000_123_456,
-            due_ms: 1_700_000_005_000,
-            scheduled_due_ms: 1_700_000_000_000,
+            due_ms: Some(1_700_000_005_000),
+            scheduled_due_ms: Some(1_700_000_000_000),
             last_error: "boom | with pipes".to_owned(),
             payload: Bytes::from_static(b"pay|load\x00\xff"),
         }
@@ -170,17 +183,25 @@ mod tests {
     #[test]
     fn a_fresh_pending_record_is_compact() {
         let record = Record {
-            generation: 1,
+            generation: 1_764_500_000_123_456,
             attempt: 1,
             claim: 0,
-            due_ms: 1_700_000_000_000,
-            scheduled_due_ms: 1_700_000_000_000,
+            due_ms: None,
+            scheduled_due_ms: None,
             last_error: String::new(),
             payload: Bytes::from_static(b"p"),
         };
         let raw = record.encode();
-        assert_eq!(raw, b"1|1|1|0|1700000000000||0|p");
+        assert_eq!(raw, b"1|1764500000123456||||||p");
+        assert!(raw.len() - 1 <= 26, "50-byte payloads must fit 76 bytes");
         assert_eq!(Record::decode(raw), Ok(record));
+    }
+
+    #[test]
+    fn an_implicit_due_is_an_error_where_one_is_needed() {
+        let record = Record::decode(b"1|5||||||".to_vec()).expect("decodes");
+        assert!(record.explicit_due().is_err());
+        assert_eq!((record.attempt, record.claim), (1, 0));
     }
 
     #[test]
@@ -208,6 +229,7 @@ mod tests {
             b"hello",
             b"|1|1|0|5||0|",
             b"1|1|1|0|5||0",
+            b"1|||||||",
             b"1|x|1|0|5||0|",
             b"1|1|1|0|5||9|short",
             b"1|1|99999999999|0|5||0|",
@@ -240,8 +262,11 @@ mod tests {
         assert_eq!(text(0), record.generation.to_string());
         assert_eq!(text(1), record.attempt.to_string());
         assert_eq!(text(2), record.claim.to_string());
-        assert_eq!(text(3), record.due_ms.to_string());
-        assert_eq!(text(4), record.scheduled_due_ms.to_string());
+        assert_eq!(Some(text(3)), record.due_ms.map(|due| due.to_string()));
+        assert_eq!(
+            Some(text(4)),
+            record.scheduled_due_ms.map(|due| due.to_string())
+        );
         assert_eq!(text(5), record.last_error);
         assert_eq!(fields[6], record.payload.to_vec());
 
@@ -259,8 +284,13 @@ mod tests {
             .arg(record.generation)
             .arg(record.attempt)
             .arg(record.claim)
-            .arg(record.due_ms)
-            .arg(record.scheduled_due_ms)
+            .arg(record.due_ms.map(|due| due.to_string()).unwrap_or_default())
+            .arg(
+                record
+                    .scheduled_due_ms
+                    .map(|due| due.to_string())
+                    .unwrap_or_default(),
+            )
             .arg(&record.last_error)
             .arg(record.payload.as_ref())
             .invoke(&mut connection)
