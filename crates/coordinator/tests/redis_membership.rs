@@ -9,7 +9,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::scenarios::{self, PERIOD_MS, SLACK, TTL_MS};
 use common::{agree, config, join_agreed, sorted_ids, view, wait_for, TestCluster};
-use delayq_coordinator::{Coordinator, NodeId, RedisCoordinator, SystemClock, Wakeup};
+use delayq_coordinator::{
+    owner, Coordinator, CoordinatorConfig, CoordinatorError, NodeId, QueueFilter, RedisCoordinator,
+    SystemClock, Wakeup,
+};
 use delayq_testkit::RedisServer;
 
 struct Redis {
@@ -168,4 +171,60 @@ async fn a_killed_subscriber_connection_reconnects_and_updates_still_arrive() {
         received.is_some(),
         "no wake-up after the subscription was killed"
     );
+}
+
+#[tokio::test]
+async fn queue_filters_travel_through_the_registry() {
+    let redis = Redis::start();
+    let filtered = CoordinatorConfig {
+        queues: QueueFilter::only(["order-timeout"]),
+        ..config("orders-only", PERIOD_MS, TTL_MS)
+    };
+    let orders_only = RedisCoordinator::join(&redis.server.url(), filtered, Arc::new(SystemClock))
+        .await
+        .expect("join");
+    let other = redis.join("everything", PERIOD_MS, TTL_MS).await;
+    let nodes = [orders_only.clone() as Arc<dyn Coordinator>, other.clone()];
+    let all = sorted_ids(&nodes);
+    wait_for(Duration::from_secs(2), || async { agree(&nodes, &all) })
+        .await
+        .expect("agreement");
+    let members = view(other.as_ref()).members;
+    let member = members
+        .iter()
+        .find(|m| &m.id == orders_only.node_id())
+        .expect("a member");
+    assert_eq!(member.queues, QueueFilter::only(["order-timeout"]));
+    assert_eq!(
+        owner("reminders", 0, &members),
+        Some(other.node_id()),
+        "only the unfiltered node serves other queues"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_registry_entry_is_named_and_left_out_of_the_membership() {
+    let redis = Redis::start();
+    let (nodes, all) = join_agreed(&redis, 2, PERIOD_MS, TTL_MS).await;
+    let server = &redis.server;
+    server
+        .command(&["SET", "t:{cluster}:hb:0-corrupt", "1", "PX", "60000"])
+        .expect("SET");
+    server
+        .command(&["HSET", "t:{cluster}:registry", "0-corrupt", "{not json"])
+        .expect("HSET");
+    server
+        .command(&["INCR", "t:{cluster}:epoch"])
+        .expect("INCR");
+    let epoch = view(nodes[0].as_ref()).epoch;
+    // Every node reads the new epoch, and leaves the corrupt entry out of its members.
+    wait_for(Duration::from_secs(2), || async {
+        view(nodes[0].as_ref()).epoch > epoch && agree(&nodes, &all)
+    })
+    .await
+    .expect("the change is read, without the corrupt entry");
+    match nodes[0].nodes().await {
+        Err(CoordinatorError::CorruptEntry { node, .. }) => assert_eq!(node, "0-corrupt"),
+        other => panic!("expected CorruptEntry, got {other:?}"),
+    }
 }

@@ -46,6 +46,9 @@ use crate::config::{host_name, validate};
 use crate::error::{CoordinatorError, CoordinatorResult};
 use crate::tasks::TaskGroup;
 
+/// The longest a wake-up may take before it is given up.
+const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// How many `TIME` round trips warm the clock up before a node registers.
 const CLOCK_WARMUP_SAMPLES: usize = 3;
 
@@ -101,9 +104,10 @@ impl RedisCoordinator {
     }
 
     /// Follows the cluster at `url` without joining it (a producer): the membership and the
-    /// cluster clock are kept up to date, [`Coordinator::wake`] and [`Coordinator::nodes`]
-    /// work, but the node never registers, so it owns nothing and receives no wake-ups
-    /// ([`Coordinator::take_wakeups`] returns `None`).
+    /// cluster clock are kept up to date (re-read every `heartbeat_period` and on each
+    /// announcement), [`Coordinator::wake`] and [`Coordinator::nodes`] work, but the node
+    /// never registers, so it owns nothing, receives no wake-ups
+    /// ([`Coordinator::take_wakeups`] returns `None`) and never removes dead members.
     pub async fn observe(
         url: &str,
         config: CoordinatorConfig,
@@ -198,6 +202,9 @@ impl RedisCoordinator {
     /// The registered nodes of the cluster under `key_prefix` at `url`, sorted by id, without
     /// joining (for `delayq nodes`). Entries whose heartbeat expired but that no live node has
     /// removed yet are included; compare their `last_heartbeat_ms` with the cluster time.
+    /// A registry entry that cannot be decoded fails the read with
+    /// [`CoordinatorError::CorruptEntry`] naming the node (the membership leaves such an entry
+    /// out instead, with a warning).
     pub async fn read_nodes(url: &str, key_prefix: &str) -> CoordinatorResult<Vec<NodeInfo>> {
         let mut connection = connect_once(url).await?;
         let keys = keys::Keys::new(key_prefix);
@@ -289,9 +296,11 @@ impl Coordinator for RedisCoordinator {
 
     async fn wake(&self, node: &NodeId, wakeup: Wakeup) -> CoordinatorResult<()> {
         let mut connection = self.shared.connection.clone();
+        // Best effort on the scheduling path: never hold a producer up for long.
         let _receivers: u64 = self
             .shared
-            .bounded(
+            .bounded_by(
+                self.shared.operation_timeout.min(WAKE_TIMEOUT),
                 "wake",
                 redis::cmd("PUBLISH")
                     .arg(self.shared.keys.wake_channel(node.as_str()))

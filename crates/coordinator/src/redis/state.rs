@@ -158,7 +158,18 @@ impl Shared {
         operation: &'static str,
         future: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> CoordinatorResult<T> {
-        match tokio::time::timeout(self.operation_timeout, future).await {
+        self.bounded_by(self.operation_timeout, operation, future)
+            .await
+    }
+
+    /// Runs one Redis operation under `timeout`.
+    pub(crate) async fn bounded_by<T>(
+        &self,
+        timeout: Duration,
+        operation: &'static str,
+        future: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> CoordinatorResult<T> {
+        match tokio::time::timeout(timeout, future).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(CoordinatorError::Backend {
                 operation,
@@ -166,7 +177,7 @@ impl Shared {
             }),
             Err(_) => Err(CoordinatorError::Backend {
                 operation,
-                message: format!("no reply within {:?}", self.operation_timeout),
+                message: format!("no reply within {timeout:?}"),
             }),
         }
     }
