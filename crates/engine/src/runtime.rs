@@ -85,6 +85,31 @@ impl Runtime {
         }
     }
 
+    /// Puts `(due_ms, partition)` into the timer when this node owns the partition, or should:
+    /// a partition of a queue this node has not seen yet (a producer just created it) is
+    /// adopted at once instead of at the next catalog refresh.
+    pub(crate) async fn arm(self: &Arc<Self>, partition: &Partition, due_ms: u64) -> bool {
+        if !self.owns(partition) {
+            let membership = self.coordinator.membership().borrow().clone();
+            let me = self.coordinator.node_id();
+            let mine = delayq_coordinator::owner(
+                partition.queue.as_str(),
+                partition.index,
+                &membership.members,
+            ) == Some(me);
+            if !mine || self.stop.is_cancelled() {
+                return false;
+            }
+            self.rebalance(&membership).await;
+        }
+        if self.owns(partition) {
+            self.timer.insert(due_ms, partition.clone());
+            true
+        } else {
+            false
+        }
+    }
+
     /// Whether a member of the cluster runs handlers (and so owns partitions).
     pub(crate) fn is_member(&self) -> bool {
         self.default_handler.is_some() || !self.handlers.is_empty()
@@ -207,7 +232,10 @@ pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
                 }
                 continue;
             }
-            Some(due) => Duration::from_millis(due - now),
+            // Wake at the start of the due millisecond, not up to 1 ms after it: the cluster
+            // clock is the local one shifted by whole milliseconds, so the local clock's
+            // fraction of a millisecond is the cluster's too.
+            Some(due) => Duration::from_micros((due - now) * 1_000 - elapsed_in_millisecond()),
             None => Duration::from_secs(3600),
         };
         tokio::select! {
@@ -217,6 +245,14 @@ pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
             _ = tokio::time::sleep(sleep_for) => {}
         }
     }
+}
+
+/// Microseconds elapsed since the start of the current millisecond of the system clock.
+fn elapsed_in_millisecond() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| u64::from(since.subsec_micros() % 1_000))
+        .unwrap_or(0)
 }
 
 /// Feeds wake-ups from other nodes into the timer.
@@ -237,9 +273,7 @@ pub(crate) async fn run_wakeups(
             continue;
         };
         let partition = Partition::new(queue, wakeup.partition);
-        if runtime.owns(&partition) {
-            runtime.timer.insert(wakeup.due_ms, partition);
-        }
+        runtime.arm(&partition, wakeup.due_ms).await;
     }
 }
 

@@ -622,8 +622,7 @@ impl Scheduler {
             return;
         }
         let runtime = &self.runtime;
-        if runtime.owns(partition) {
-            runtime.timer.insert(due_ms, partition.clone());
+        if runtime.is_member() && runtime.arm(partition, due_ms).await {
             return;
         }
         let pull_period = runtime.config.engine.pull_period.as_millis() as u64;
@@ -640,7 +639,8 @@ impl Scheduler {
             return;
         };
         if &owner == runtime.coordinator.node_id() {
-            // Ownership is ours but the worker is not up yet: its first pull sees the task.
+            // Ours by the membership, but not adoptable (shutting down): the next owner's
+            // first pull sees the task.
             return;
         }
         let wakeup = Wakeup {
