@@ -36,6 +36,19 @@ use crate::store::{ItemResult, TaskStore};
 /// The most partitions a queue may have (the same bound as the Redis backend).
 const MAX_PARTITIONS: u32 = 65_536;
 
+/// The longest last-error text kept, in bytes (the same bound as the Redis backend).
+const MAX_ERROR_BYTES: usize = 4096;
+
+/// `error` cut to [`MAX_ERROR_BYTES`] at a character boundary: a handler's error can be a
+/// whole page of output, and a dead letter keeps it for as long as it stays dead.
+fn bounded_error(error: &str) -> &str {
+    let mut end = error.len().min(MAX_ERROR_BYTES);
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    &error[..end]
+}
+
 /// A clock in milliseconds since the Unix epoch.
 type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
@@ -292,7 +305,9 @@ impl TaskStore for MemoryStore {
         }
         let state = self.partition(&token.partition)?;
         let now_ms = self.now_ms();
-        let outcome = state.lock().fail(token, error, action, now_ms);
+        let outcome = state
+            .lock()
+            .fail(token, bounded_error(error), action, now_ms);
         outcome.map_err(stale(token))
     }
 

@@ -219,6 +219,17 @@ pub async fn fail_retry_at_increments_the_attempt_and_keeps_the_last_error(make:
     );
 }
 
+pub async fn fail_keeps_at_most_4096_bytes_of_the_error_text(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let claimed = claim_one(&store, &p, T0).await;
+    let long = "é".repeat(3_000); // 6,000 bytes of two-byte characters
+    retry_at(&store, &claimed, &long, T0 + 10).await;
+    let kept = get(&store, &p, "a").await.last_error.expect("an error");
+    assert!(long.starts_with(&kept), "a prefix of the error is kept");
+    assert_eq!(kept.len(), 4_096);
+}
+
 pub async fn fail_retry_at_is_claimable_at_the_new_time_only(make: Make) {
     let (store, p) = setup(make).await;
     schedule(&store, &p, "a", T0).await;

@@ -312,6 +312,7 @@ macro_rules! conformance_suite {
                 requeue_expired_drops_a_superseded_lease_and_keeps_the_new_schedule,
                 fail_retry_at_increments_the_attempt_and_keeps_the_last_error,
                 fail_retry_at_is_claimable_at_the_new_time_only,
+                fail_keeps_at_most_4096_bytes_of_the_error_text,
                 cancel_removes_an_inflight_task,
                 cancel_after_claim_makes_ack_superseded,
                 cancel_after_claim_makes_fail_superseded,
