@@ -13,3 +13,8 @@ pub use delayq_storage as storage;
 
 /// The cluster coordinator: membership, heartbeats, cluster clock, assignment.
 pub use delayq_coordinator as coordinator;
+
+/// The README's code blocks, compiled as doctests so the embedding example stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
