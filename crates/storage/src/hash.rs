@@ -30,7 +30,7 @@ mod tests {
         // looked up in the wrong partition.
         assert_eq!(stable_hash(b""), 0x2d06800538d394c2);
         assert_eq!(stable_hash(b"a"), 0xe6c632b61e964e1f);
-        assert_eq!(stable_hash(b"order-42"), stable_hash(b"order-42"));
+        assert_eq!(stable_hash(b"order-42"), PINNED_ORDER_42);
         let id = TaskId::new("order-42").expect("valid id");
         assert_eq!(partition_of(&id, 64), PINNED_ORDER_42_OF_64);
         let device = TaskId::new("device-7").expect("valid id");
@@ -38,8 +38,9 @@ mod tests {
         assert_eq!(partition_of(&device, 1), 0);
     }
 
-    const PINNED_ORDER_42_OF_64: u32 = u32::MAX;
-    const PINNED_DEVICE_7_OF_64: u32 = u32::MAX;
+    const PINNED_ORDER_42: u64 = 0x79cc_a591_0b9a_ce3c;
+    const PINNED_ORDER_42_OF_64: u32 = 60;
+    const PINNED_DEVICE_7_OF_64: u32 = 22;
 
     #[test]
     fn ids_spread_over_partitions() {
