@@ -1,30 +1,71 @@
--- ack.lua: a handler succeeded; completes the task if its token still holds the lease.
+-- ack.lua: handlers succeeded; completes each task whose token still holds its lease.
 -- KEYS[1]: tasks      HASH id -> record
 -- KEYS[2]: inflight   ZSET id -> lease deadline
 -- KEYS[3]: done       ZSET id -> completed_ms
--- ARGV[1]: id
--- ARGV[2]: generation of the token
--- ARGV[3]: claim number of the token
--- ARGV[4]: executed retention in ms (0: no done entry is kept, the record is deleted)
--- Returns: 'completed' (the task left in-flight; its record shrank to what dedup needs: the
--- counters and due times, no payload, no error; `done` holds it scored by Redis TIME) or
--- 'superseded' (cancelled or scheduled again meanwhile: the new schedule stands, only this
--- claim's in-flight entry is dropped). Errors: DELAYQ_STALE (nothing changed), DELAYQ_CORRUPT.
+-- ARGV[1]: executed retention in ms (0: no done entry is kept, the record is deleted)
+-- ARGV[3k-1], ARGV[3k], ARGV[3k+1] for k = 1, 2, ...: id, generation, claim of token k
+-- Returns: one verdict per token, in order:
+--   'C' completed: the task left in-flight; its record shrank to what dedup needs (counters
+--       and due times; no payload, no error) and `done` holds it, scored by Redis TIME;
+--   'S' superseded: cancelled or scheduled again meanwhile; the new schedule stands and only
+--       this claim's in-flight entry is dropped;
+--   'L' the token lost its lease (requeued, claimed again): nothing changed;
+--   'X<reason>' the record is corrupt: nothing changed.
+-- Tokens of one call are judged as if acked one after the other (a repeated id is read again).
+-- Speed: one HMGET and one ZMSCORE to read, one call per kind of write, for the whole call.
 
 local tasks_key, inflight_key, done_key = KEYS[1], KEYS[2], KEYS[3]
-local id = ARGV[1]
-local verdict, detail = check_token(tasks_key, inflight_key, id, tonumber(ARGV[2]), tonumber(ARGV[3]))
-local refusal = refuse_token(verdict, detail, id, inflight_key, 'superseded')
-if refusal then
-  return refusal
+local keep_done = tonumber(ARGV[1]) > 0
+local ids = {}
+for i = 2, #ARGV, 3 do
+  ids[#ids + 1] = ARGV[i]
+end
+local raws = read_in_chunks('HMGET', tasks_key, ids)
+local leases = read_in_chunks('ZMSCORE', inflight_key, ids)
+local now = keep_done and redis_now_ms() or 0
+
+local leave, records, stamps, forget = {}, {}, {}, {}
+local function write()
+  call_in_chunks('ZREM', inflight_key, leave)
+  call_in_chunks('HSET', tasks_key, records)
+  call_in_chunks('ZADD', done_key, stamps)
+  call_in_chunks('HDEL', tasks_key, forget)
+  leave, records, stamps, forget = {}, {}, {}, {}
 end
 
-local rec = detail
-redis.call('ZREM', inflight_key, id)
-if tonumber(ARGV[4]) > 0 then
-  redis.call('HSET', tasks_key, id, encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, '', ''))
-  redis.call('ZADD', done_key, redis_now_ms(), id)
-else
-  redis.call('HDEL', tasks_key, id)
+local seen = {}
+local out = {}
+for k, id in ipairs(ids) do
+  local raw, in_flight = raws[k], leases[k]
+  if seen[id] then
+    -- The same id earlier in this call: what was read is out of date.
+    write()
+    raw = redis.call('HGET', tasks_key, id)
+    in_flight = redis.call('ZSCORE', inflight_key, id)
+  end
+  seen[id] = true
+  local verdict, detail = judge_token(raw, in_flight, tonumber(ARGV[3 * k]), tonumber(ARGV[3 * k + 1]))
+  if verdict == 'ok' then
+    leave[#leave + 1] = id
+    if keep_done then
+      records[#records + 1] = id
+      records[#records + 1] = encode_record(detail.gen, detail.attempt, detail.claim, detail.due, detail.sched, '', '')
+      stamps[#stamps + 1] = now
+      stamps[#stamps + 1] = id
+    else
+      forget[#forget + 1] = id
+    end
+    out[k] = 'C'
+  elseif verdict == 'superseded' then
+    if detail and in_flight then
+      leave[#leave + 1] = id
+    end
+    out[k] = 'S'
+  elseif verdict == 'stale' then
+    out[k] = 'L'
+  else
+    out[k] = 'X' .. detail
+  end
 end
-return 'completed'
+write()
+return out

@@ -1,5 +1,6 @@
--- record.lua: the task record codec (version 1), the lease check and small helpers shared
--- by the scripts. It is not a script of its own: scripts.rs puts it in front of every script.
+-- record.lua: the task record codec, version 1. Not a script of its own: scripts.rs puts it
+-- in front of the scripts that read or write records (each script gets only the parts it
+-- uses: Redis runs a script's top level, function definitions included, on every call).
 -- Its Rust twin is src/redis/record.rs; change both together.
 --
 -- A record is the value of field <id> in the partition's `tasks` hash:
@@ -20,11 +21,6 @@ local RECORD_VERSION = '1'
 -- The error reply for a record that cannot be decoded; Rust turns it into CorruptRecord.
 local function corrupt(id, reason)
   return redis.error_reply('DELAYQ_CORRUPT ' .. reason .. ' | field ' .. id)
-end
-
--- The error reply for a lease token that no longer holds its lease; Rust: StaleLease.
-local function stale()
-  return redis.error_reply('DELAYQ_STALE the token no longer holds the lease')
 end
 
 -- Decodes a record: a table {gen, attempt, claim, due, sched, err, payload_at} or nil, reason.
@@ -85,73 +81,3 @@ local function encode_record(gen, attempt, claim, due, sched, err, payload)
     .. '|' .. (claim == 0 and '' or string.format('%d', claim))
     .. '|' .. due .. '|' .. sched .. '|' .. (len == 0 and '' or len) .. '|' .. err .. payload
 end
-
--- Redis TIME (the cluster clock) in milliseconds.
-local function redis_now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- Redis TIME in microseconds: about 1.7e15, exact in Lua's doubles (< 2^53) until 2255.
-local function redis_now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
--- Checks a lease token (id, generation, claim) against the record and the in-flight set.
--- Returns one of:
---   'ok', record, raw           the token holds the lease
---   'superseded', owns_entry    the task was cancelled or scheduled again after the claim;
---                               owns_entry: the in-flight entry (if any) is still this claim's
---   'stale'                     the lease was lost (requeued, or claimed again)
---   'corrupt', reason
--- Generations are never reused for an id (a fresh record starts at Redis TIME in µs, a
--- reschedule adds 1), and claim numbers never repeat either (see claim_due.lua): so when the
--- generation differs but the claim matches, the record was rescheduled from this very claim.
-local function check_token(tasks_key, inflight_key, id, gen, claim)
-  local raw = redis.call('HGET', tasks_key, id)
-  if not raw then
-    return 'superseded', true
-  end
-  local rec, reason = decode_record(raw)
-  if not rec then
-    return 'corrupt', reason
-  end
-  if rec.gen ~= gen then
-    return 'superseded', rec.claim == claim
-  end
-  if rec.claim ~= claim then
-    return 'stale'
-  end
-  if not redis.call('ZSCORE', inflight_key, id) then
-    return 'stale'
-  end
-  return 'ok', rec, raw
-end
-
--- The reply for a token that does not hold its lease (any verdict of check_token but 'ok'),
--- or nil when it does. A superseded token drops its claim's in-flight entry, if still there.
-local function refuse_token(verdict, detail, id, inflight_key, superseded_reply)
-  if verdict == 'corrupt' then
-    return corrupt(id, detail)
-  elseif verdict == 'stale' then
-    return stale()
-  elseif verdict == 'superseded' then
-    if detail then
-      redis.call('ZREM', inflight_key, id)
-    end
-    return superseded_reply
-  end
-  return nil
-end
-
--- Runs `command key args...` in slices: Lua's unpack() cannot spread more than a few
--- thousand values. The slice length is even, so (score, member) pairs stay together.
-local function call_in_chunks(command, key, args)
-  local n = #args
-  for first = 1, n, 4000 do
-    redis.call(command, key, unpack(args, first, math.min(first + 3999, n)))
-  end
-end
-
--- ---------------------------------------------------------------------------------------

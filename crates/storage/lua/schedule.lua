@@ -8,66 +8,97 @@
 -- ARGV[2]: executed retention in ms (an (id, due) that completed less than this long ago, by
 --          Redis TIME, is a duplicate; 0 turns dedup off)
 -- ARGV[3k], ARGV[3k+1], ARGV[3k+2] for k = 1, 2, ...: id, due_ms, payload of item k
--- Returns: a flat array with two entries per item, in order:
---   'created', ''  |  'replaced', previous due  |  'kept', due  |  'duplicate', ''
---   |  'corrupt', reason (that item is left alone; the others proceed)
+-- Returns: one entry per item, in order: 'C' created | 'R<previous due>' replaced |
+--   'K<due>' kept | 'D' duplicate | 'X<reason>' corrupt record (that item is left alone; the
+--   others proceed).
 -- A new id starts at generation = Redis TIME in µs, so an id cancelled and scheduled again
 -- never reuses a generation; each later schedule of a live or completed id adds 1.
 -- An id in flight that is scheduled again gets a new record (generation + 1, attempt 1) and
 -- goes back into `due`; its in-flight entry stays until the running handler acks (Superseded)
 -- or its lease expires. The claim number carries over so the old token is still recognised.
+-- Speed: the ids are looked up with one HMGET and new ids (the bulk-load case) are written
+-- with one HSET and one ZADD for the whole call; only existing ids take the per-item path.
 
 local due_key, tasks_key, inflight_key, done_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local if_absent = ARGV[1] == 'if_absent'
 local retention = tonumber(ARGV[2])
-local now_ms, now_us = nil, nil
-local out = {}
+-- Every new id of this call shares one generation (Redis TIME in µs): unique per id.
+local fresh_header = encode_record(redis_now_us(), 1, 0, '', '', '', '')
+local now_ms = nil
 
+local lookup = {}
 for i = 3, #ARGV, 3 do
-  local id, due, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local verdict, detail = 'created', ''
-  local gen, claim = nil, 0
-  local raw = redis.call('HGET', tasks_key, id)
-  if raw then
-    local rec, reason = decode_record(raw)
-    if not rec then
-      verdict, detail = 'corrupt', reason
-    else
-      gen, claim = rec.gen + 1, rec.claim
-      local pending = redis.call('ZSCORE', due_key, id)
-      local live = pending or redis.call('ZSCORE', inflight_key, id)
-      local dead = false
-      if not live then
-        dead = redis.call('ZSCORE', dead_key, id)
-        live = dead
-      end
-      if live then
-        verdict, detail = if_absent and 'kept' or 'replaced', pending or rec.due
-        if dead and not if_absent then
-          redis.call('ZREM', dead_key, id)
-        end
-      else
-        local done = redis.call('ZSCORE', done_key, id)
-        if done then
-          now_ms = now_ms or redis_now_ms()
-          if retention > 0 and sched_of(rec) == due and now_ms - tonumber(done) < retention then
-            verdict = 'duplicate'
-          else
-            redis.call('ZREM', done_key, id)
-          end
-        end
-      end
-    end
-  end
-  if verdict == 'created' or verdict == 'replaced' then
-    if gen == nil then
-      now_us = now_us or redis_now_us()
-      gen = now_us
-    end
-    redis.call('HSET', tasks_key, id, encode_record(gen, 1, claim, '', '', '', payload))
-    redis.call('ZADD', due_key, due, id)
-  end
-  out[#out + 1] = verdict
-  out[#out + 1] = detail
+  lookup[#lookup + 1] = ARGV[i]
 end
+local found = read_in_chunks('HMGET', tasks_key, lookup)
+
+local new_records, new_dues = {}, {}
+local function write_new()
+  if #new_records > 0 then
+    call_in_chunks('HSET', tasks_key, new_records)
+    call_in_chunks('ZADD', due_key, new_dues)
+    new_records, new_dues = {}, {}
+  end
+end
+
+-- The per-item path for an id that has a record: replace, keep, dedup or re-arm.
+local function schedule_existing(id, due, payload, raw)
+  local rec, reason = decode_record(raw)
+  if not rec then
+    return 'X' .. reason
+  end
+  local pending = redis.call('ZSCORE', due_key, id)
+  local live = pending or redis.call('ZSCORE', inflight_key, id)
+  local dead = false
+  if not live then
+    dead = redis.call('ZSCORE', dead_key, id)
+    live = dead
+  end
+  local verdict
+  if live then
+    if if_absent then
+      return 'K' .. (pending or rec.due)
+    end
+    verdict = 'R' .. (pending or rec.due)
+    if dead then
+      redis.call('ZREM', dead_key, id)
+    end
+  else
+    verdict = 'C'
+    local done = redis.call('ZSCORE', done_key, id)
+    if done then
+      now_ms = now_ms or redis_now_ms()
+      if retention > 0 and sched_of(rec) == due and now_ms - tonumber(done) < retention then
+        return 'D'
+      end
+      redis.call('ZREM', done_key, id)
+    end
+  end
+  redis.call('HSET', tasks_key, id, encode_record(rec.gen + 1, 1, rec.claim, '', '', '', payload))
+  redis.call('ZADD', due_key, due, id)
+  return verdict
+end
+
+local seen = {}
+local out = {}
+for k = 1, #lookup do
+  local id, due, payload = ARGV[3 * k], ARGV[3 * k + 1], ARGV[3 * k + 2]
+  local raw = found[k]
+  if seen[id] then
+    -- The same id earlier in this call: the lookup is out of date.
+    write_new()
+    raw = redis.call('HGET', tasks_key, id)
+  end
+  seen[id] = true
+  if raw then
+    out[k] = schedule_existing(id, due, payload, raw)
+  else
+    new_records[#new_records + 1] = id
+    new_records[#new_records + 1] = fresh_header .. payload
+    new_dues[#new_dues + 1] = due
+    new_dues[#new_dues + 1] = id
+    out[k] = 'C'
+  end
+end
+write_new()
 return out

@@ -8,8 +8,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncConnectionConfig, RedisError, RedisResult, ScriptInvocation, Value};
 
 use crate::error::{StorageError, StorageResult};
-use crate::model::{Partition, StoreOptions};
+use crate::model::{AckOutcome, LeaseToken, NewTask, Partition, ScheduleOutcome, StoreOptions};
 
+use super::batch::Batcher;
 use super::error_map::{map_error, redact_url};
 use super::keys::PartitionKeys;
 use super::scripts::SCRIPTS;
@@ -34,6 +35,11 @@ const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::
 #[derive(Clone)]
 pub struct RedisStore {
     pub(crate) connection: ConnectionManager,
+    /// Concurrent acks of one partition, sent together.
+    pub(crate) acks: Batcher<Partition, LeaseToken, AckOutcome>,
+    /// Concurrent single schedules of one partition and mode (`true`: if-absent), sent
+    /// together.
+    pub(crate) schedules: Batcher<(Partition, bool), NewTask, ScheduleOutcome>,
     pub(crate) prefix: Arc<str>,
     pub(crate) options: StoreOptions,
     /// The longest one operation may take: a response timeout plus a reconnection.
@@ -120,6 +126,8 @@ impl RedisStore {
         tracing::debug!(url = %shown_url, prefix = %options.key_prefix, "connected to Redis");
         Ok(RedisStore {
             connection,
+            acks: Batcher::default(),
+            schedules: Batcher::default(),
             prefix: Arc::from(options.key_prefix),
             options: options.store,
             deadline: response_timeout + connect_timeout,

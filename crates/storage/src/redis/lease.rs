@@ -12,7 +12,7 @@ use crate::model::{
 use super::connection::RedisStore;
 use super::error_map::{is_stale, map_error, unexpected_reply};
 use super::record::Record;
-use super::reply::{bytes, expect_array, expect_number, number, task_id, text};
+use super::reply::{array, bytes, expect_array, expect_number, number, task_id, text};
 use super::scripts::SCRIPTS;
 
 /// The longest last-error text kept in a record; longer ones are cut at a char boundary.
@@ -108,26 +108,76 @@ impl RedisStore {
     }
 
     pub(crate) async fn complete(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
+        let store = self.clone();
+        self.acks
+            .submit(
+                "ack",
+                token.partition.clone(),
+                token.clone(),
+                move |partition, tokens| {
+                    let store = store.clone();
+                    async move { store.ack_batch(&partition, tokens).await }
+                },
+            )
+            .await
+    }
+
+    /// Acks tokens of one partition in one script call; one result per token.
+    async fn ack_batch(
+        &self,
+        partition: &Partition,
+        tokens: Vec<LeaseToken>,
+    ) -> Vec<StorageResult<AckOutcome>> {
         const OPERATION: &str = "ack";
-        let keys = self.keys(&token.partition);
+        let keys = self.keys(partition);
         let mut invocation = SCRIPTS.ack.prepare_invoke();
         invocation
             .key(&keys.tasks)
             .key(&keys.inflight)
             .key(&keys.done)
-            .arg(token.id.as_str())
-            .arg(token.generation)
-            .arg(token.claim)
             .arg(self.options.executed_retention_ms);
-        let reply = self
-            .invoke(&invocation)
-            .await
-            .map_err(|error| token_error(OPERATION, &keys.tasks, token, error))?;
-        match text(reply).as_deref() {
-            Some("completed") => Ok(AckOutcome::Completed),
-            Some("superseded") => Ok(AckOutcome::Superseded),
-            other => Err(unexpected_reply(OPERATION, format!("{other:?}"))),
+        for token in &tokens {
+            invocation
+                .arg(token.id.as_str())
+                .arg(token.generation)
+                .arg(token.claim);
         }
+        let verdicts = match self.invoke(&invocation).await {
+            Ok(reply) => array(reply).filter(|verdicts| verdicts.len() == tokens.len()),
+            Err(error) => {
+                return tokens
+                    .iter()
+                    .map(|_| Err(map_error(OPERATION, &keys.tasks, error.clone())))
+                    .collect()
+            }
+        };
+        let Some(verdicts) = verdicts else {
+            return tokens
+                .iter()
+                .map(|_| Err(unexpected_reply(OPERATION, "not one verdict per token")))
+                .collect();
+        };
+        tokens
+            .iter()
+            .zip(verdicts)
+            .map(|(token, verdict)| {
+                let verdict = text(verdict).unwrap_or_default();
+                match verdict.split_at(verdict.len().min(1)) {
+                    ("C", _) => Ok(AckOutcome::Completed),
+                    ("S", _) => Ok(AckOutcome::Superseded),
+                    ("L", _) => Err(StorageError::StaleLease {
+                        partition: token.partition.to_string(),
+                        id: token.id.to_string(),
+                    }),
+                    ("X", reason) => Err(StorageError::CorruptRecord {
+                        key: keys.tasks.clone(),
+                        field: token.id.to_string(),
+                        reason: reason.to_owned(),
+                    }),
+                    _ => Err(unexpected_reply(OPERATION, format!("verdict {verdict:?}"))),
+                }
+            })
+            .collect()
     }
 
     pub(crate) async fn record_failure(

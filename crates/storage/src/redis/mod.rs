@@ -34,6 +34,11 @@
 //! generation with another claim number, or no in-flight entry (requeued, claimed again), is
 //! `StaleLease`, and nothing changes.
 //!
+//! # Batching
+//! Concurrent `ack`s of one partition, and concurrent single `schedule`s of one partition,
+//! share one script call (see `batch.rs`): most of a small script's cost in Redis is the call
+//! itself. `schedule_many` sends pipelines of multi-item calls.
+//!
 //! # Failures
 //! Reads (`get`, `stats`, `peek_window`, `queues`, `list_dead`) are retried twice after a
 //! transient failure; state-changing scripts are not (their fate is unknown after a lost
@@ -41,6 +46,7 @@
 //! connect_timeout`, which also covers waiting for a reconnection.
 
 mod admin;
+mod batch;
 mod connection;
 mod error_map;
 mod keys;
@@ -50,6 +56,8 @@ mod reply;
 mod schedule;
 mod scripts;
 mod store;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 

@@ -251,7 +251,7 @@ mod tests {
              if not rec then return redis.error_reply('DECODE ' .. reason) end\n\
              return {{tostring(rec.gen), tostring(rec.attempt), string.format('%d', rec.claim), \
              rec.due, rec.sched, rec.err, string.sub(ARGV[1], rec.payload_at)}}",
-            crate::redis::scripts::PRELUDE
+            crate::redis::scripts::RECORD
         ));
         let record = sample();
         let fields: Vec<Vec<u8>> = decode_in_lua
@@ -278,7 +278,7 @@ mod tests {
         let encode_in_lua = redis::Script::new(&format!(
             "{}\nreturn encode_record(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), \
              ARGV[4], ARGV[5], ARGV[6], ARGV[7])",
-            crate::redis::scripts::PRELUDE
+            crate::redis::scripts::RECORD
         ));
         let raw: Vec<u8> = encode_in_lua
             .arg(record.generation)

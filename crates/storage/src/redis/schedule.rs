@@ -23,7 +23,7 @@ use crate::store::ItemResult;
 use super::connection::{within, RedisStore};
 use super::error_map::{is_noscript, map_error, unexpected_reply};
 use super::keys::PartitionKeys;
-use super::reply::{array, number, text};
+use super::reply::{array, text};
 use super::scripts::SCRIPTS;
 
 /// The most items in one pipeline.
@@ -57,6 +57,33 @@ impl RedisStore {
         mode: ScheduleMode,
     ) -> StorageResult<ScheduleOutcome> {
         self.validate(&task)?;
+        let store = self.clone();
+        self.schedules
+            .submit(
+                "schedule",
+                (partition.clone(), mode == ScheduleMode::IfAbsent),
+                task,
+                move |(partition, if_absent), tasks| {
+                    let store = store.clone();
+                    let mode = if if_absent {
+                        ScheduleMode::IfAbsent
+                    } else {
+                        ScheduleMode::Upsert
+                    };
+                    async move { store.schedule_call(&partition, mode, tasks).await }
+                },
+            )
+            .await
+    }
+
+    /// Schedules validated tasks of one partition in one script call; one result per task.
+    async fn schedule_call(
+        &self,
+        partition: &Partition,
+        mode: ScheduleMode,
+        tasks: Vec<NewTask>,
+    ) -> Vec<ItemResult> {
+        const OPERATION: &str = "schedule";
         let keys = self.keys(partition);
         let mut invocation = SCRIPTS.schedule.prepare_invoke();
         invocation
@@ -66,18 +93,33 @@ impl RedisStore {
             .key(&keys.done)
             .key(&keys.dead)
             .arg(mode_arg(mode))
-            .arg(self.options.executed_retention_ms)
-            .arg(task.id.as_str())
-            .arg(task.due_ms)
-            .arg(task.payload.as_ref());
-        let reply = self
-            .invoke(&invocation)
-            .await
-            .map_err(|error| map_error("schedule", &keys.tasks, error))?;
-        let mut outcomes = parse_outcomes("schedule", &keys.tasks, reply, [&task.id])?;
-        outcomes
-            .pop()
-            .unwrap_or_else(|| Err(unexpected_reply("schedule", "no outcome")))
+            .arg(self.options.executed_retention_ms);
+        for task in &tasks {
+            invocation
+                .arg(task.id.as_str())
+                .arg(task.due_ms)
+                .arg(task.payload.as_ref());
+        }
+        let outcomes = match self.invoke(&invocation).await {
+            Ok(reply) => parse_outcomes(
+                OPERATION,
+                &keys.tasks,
+                reply,
+                tasks.iter().map(|task| &task.id),
+            ),
+            Err(error) => {
+                return tasks
+                    .iter()
+                    .map(|_| Err(map_error(OPERATION, &keys.tasks, error.clone())))
+                    .collect()
+            }
+        };
+        outcomes.unwrap_or_else(|_| {
+            tasks
+                .iter()
+                .map(|_| Err(unexpected_reply(OPERATION, "not one verdict per task")))
+                .collect()
+        })
     }
 
     pub(crate) async fn schedule_batch(
@@ -304,7 +346,8 @@ fn mode_arg(mode: ScheduleMode) -> &'static str {
     }
 }
 
-/// Reads the script's `(verdict, detail)` pairs, one per id.
+/// Reads the script's verdicts, one per id: `C`, `R<previous due>`, `K<due>`, `D`,
+/// `X<reason>`.
 fn parse_outcomes<'a>(
     operation: &'static str,
     tasks_key: &str,
@@ -315,24 +358,23 @@ fn parse_outcomes<'a>(
     let mut values = values.into_iter();
     let mut results = Vec::new();
     for id in ids {
-        let (Some(verdict), Some(detail)) = (values.next(), values.next()) else {
-            return Err(unexpected_reply(operation, "fewer outcomes than items"));
-        };
-        let detail_number = number(&detail);
-        let verdict = text(verdict).unwrap_or_default();
-        let result = match (verdict.as_str(), detail_number) {
-            ("created", _) => Ok(ScheduleOutcome::Created),
-            ("duplicate", _) => Ok(ScheduleOutcome::Duplicate),
-            ("replaced", Some(previous_due_ms)) => {
-                Ok(ScheduleOutcome::Replaced { previous_due_ms })
-            }
-            ("kept", Some(due_ms)) => Ok(ScheduleOutcome::Kept { due_ms }),
-            ("corrupt", _) => Err(StorageError::CorruptRecord {
+        let verdict = values
+            .next()
+            .and_then(text)
+            .ok_or_else(|| unexpected_reply(operation, "fewer verdicts than items"))?;
+        let (code, detail) = verdict.split_at(verdict.chars().next().map_or(0, char::len_utf8));
+        let due = || detail.parse::<u64>().ok();
+        let result = match (code, due()) {
+            ("C", _) => Ok(ScheduleOutcome::Created),
+            ("D", _) => Ok(ScheduleOutcome::Duplicate),
+            ("R", Some(previous_due_ms)) => Ok(ScheduleOutcome::Replaced { previous_due_ms }),
+            ("K", Some(due_ms)) => Ok(ScheduleOutcome::Kept { due_ms }),
+            ("X", _) => Err(StorageError::CorruptRecord {
                 key: tasks_key.to_owned(),
                 field: id.to_string(),
-                reason: text(detail).unwrap_or_default(),
+                reason: detail.to_owned(),
             }),
-            (other, _) => Err(unexpected_reply(operation, format!("verdict {other:?}"))),
+            _ => Err(unexpected_reply(operation, format!("verdict {verdict:?}"))),
         };
         results.push(result);
     }
