@@ -38,7 +38,7 @@ mod partition;
 mod runtime;
 mod scheduler;
 mod task;
-mod timer;
+pub mod timer;
 
 pub use error::{EngineError, EngineResult};
 pub use handler::{Handler, HandlerError, HandlerFuture};

@@ -17,9 +17,22 @@ use delayq_storage::Partition;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-/// Time-ordered `(due_ms, partition)` entries, bounded in size.
+/// Time-ordered `(due_ms, partition)` entries, bounded in size: the node's one timer.
+///
+/// ```
+/// use delayq_engine::timer::DueTimer;
+/// use delayq_storage::{Partition, QueueName};
+///
+/// let timer = DueTimer::new(100_000);
+/// let partition = Partition::new(QueueName::new("orders").unwrap(), 3);
+/// timer.insert(1_000, partition.clone());
+/// timer.insert(1_000, partition.clone()); // deduplicated
+/// assert_eq!(timer.next_due(), Some(1_000));
+/// assert_eq!(timer.pop_due(999), vec![]);
+/// assert_eq!(timer.pop_due(1_000), vec![partition]);
+/// ```
 #[derive(Debug)]
-pub(crate) struct DueTimer {
+pub struct DueTimer {
     entries: Mutex<BTreeSet<(u64, Partition)>>,
     earlier: Notify,
     capacity: usize,
@@ -27,7 +40,7 @@ pub(crate) struct DueTimer {
 
 impl DueTimer {
     /// A timer holding at most `capacity` entries (at least 1).
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         DueTimer {
             entries: Mutex::new(BTreeSet::new()),
             earlier: Notify::new(),
@@ -36,7 +49,7 @@ impl DueTimer {
     }
 
     /// Adds an entry; wakes the timer loop when it is now the earliest.
-    pub(crate) fn insert(&self, due_ms: u64, partition: Partition) {
+    pub fn insert(&self, due_ms: u64, partition: Partition) {
         let mut entries = self.entries.lock();
         let is_earliest = entries.first().is_none_or(|(first, _)| due_ms < *first);
         entries.insert((due_ms, partition));
@@ -50,13 +63,13 @@ impl DueTimer {
     }
 
     /// The earliest due time held.
-    pub(crate) fn next_due(&self) -> Option<u64> {
+    pub fn next_due(&self) -> Option<u64> {
         self.entries.lock().first().map(|(due, _)| *due)
     }
 
     /// Removes the entries due at or before `now_ms` and returns their partitions, each once,
     /// earliest first.
-    pub(crate) fn pop_due(&self, now_ms: u64) -> Vec<Partition> {
+    pub fn pop_due(&self, now_ms: u64) -> Vec<Partition> {
         let mut entries = self.entries.lock();
         let mut partitions: Vec<Partition> = Vec::new();
         while let Some((due, _)) = entries.first() {
@@ -73,17 +86,22 @@ impl DueTimer {
     }
 
     /// Drops every entry of partitions for which `keep` is false (ownership moved away).
-    pub(crate) fn retain(&self, keep: impl Fn(&Partition) -> bool) {
+    pub fn retain(&self, keep: impl Fn(&Partition) -> bool) {
         self.entries.lock().retain(|(_, partition)| keep(partition));
     }
 
     /// How many entries are held.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.entries.lock().len()
     }
 
+    /// Whether the timer holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.lock().is_empty()
+    }
+
     /// Resolves when an entry earlier than all others was inserted since the last call.
-    pub(crate) async fn earlier_entry(&self) {
+    pub async fn earlier_entry(&self) {
         self.earlier.notified().await;
     }
 }
