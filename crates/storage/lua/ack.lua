@@ -49,7 +49,12 @@ for k, id in ipairs(ids) do
     leave[#leave + 1] = id
     if keep_done then
       records[#records + 1] = id
-      records[#records + 1] = encode_record(detail.gen, detail.attempt, detail.claim, detail.due, detail.sched, '', '')
+      if detail.err == '' then
+        -- The header as it is: the payload is all a completed task drops.
+        records[#records + 1] = string.sub(raw, 1, detail.err_at - 1)
+      else
+        records[#records + 1] = encode_record(detail.gen, detail.attempt, detail.claim, detail.due, detail.sched, '', '')
+      end
       stamps[#stamps + 1] = now
       stamps[#stamps + 1] = id
     else
