@@ -68,7 +68,7 @@ async fn execute(
     let handler = queue.handler.clone();
     // The handler runs as its own task: a panic ends that task only, and shows up here as a
     // JoinError; a timeout aborts it.
-    let handle = tokio::spawn(async move { handler.handle(task).await });
+    let handle = tokio::spawn(async move { handler.handle(task).await }.in_current_span());
     let run = next_run_number(&runtime);
     runtime.running.lock().insert(
         run,
@@ -77,7 +77,7 @@ async fn execute(
             abort: handle.abort_handle(),
         },
     );
-    let renewal = tokio::spawn(renew_lease(runtime.clone(), token.clone()));
+    let renewal = tokio::spawn(renew_lease(runtime.clone(), token.clone()).in_current_span());
     let timeout = queue.settings.timeout;
     let abort = handle.abort_handle();
     let outcome = match tokio::time::timeout(timeout, handle).await {
@@ -95,16 +95,16 @@ async fn execute(
             ))
         }
     };
-    renewal.abort();
     // Shutdown may have released the task already; then it is not ours to settle.
-    if runtime.running.lock().remove(&run).is_none() {
-        return;
+    if runtime.running.lock().remove(&run).is_some() {
+        // The lease stays renewed while the result is recorded (retried through an outage).
+        match outcome {
+            RunOutcome::Succeeded => settle_success(&runtime, &token).await,
+            RunOutcome::Failed(error) => settle_failure(&runtime, &queue, &claimed, &error).await,
+            RunOutcome::Aborted => {}
+        }
     }
-    match outcome {
-        RunOutcome::Succeeded => settle_success(&runtime, &token).await,
-        RunOutcome::Failed(error) => settle_failure(&runtime, &queue, &claimed, &error).await,
-        RunOutcome::Aborted => {}
-    }
+    renewal.abort();
 }
 
 fn panic_message(join: tokio::task::JoinError) -> String {

@@ -25,6 +25,14 @@ pub enum EngineError {
         /// What is wrong.
         reason: String,
     },
+    /// A typed payload that could not be encoded.
+    #[error("payload of task {id:?} does not serialize to JSON: {reason}")]
+    InvalidPayload {
+        /// The task's id.
+        id: String,
+        /// The serializer's message.
+        reason: String,
+    },
     /// Two handlers were registered for one queue.
     #[error("queue {queue:?} already has a handler")]
     DuplicateHandler {

@@ -34,6 +34,7 @@ mod dispatch;
 mod error;
 mod handler;
 mod health;
+mod maintenance;
 mod partition;
 mod runtime;
 mod scheduler;

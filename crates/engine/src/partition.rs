@@ -12,16 +12,16 @@ use crate::dispatch;
 use crate::health::RetryBackoff;
 use crate::runtime::{QueueRuntime, Runtime};
 
-/// How many expired leases one pull puts back.
-const REQUEUE_LIMIT: usize = 1_000;
-/// How many completed records one prune forgets.
-const PRUNE_LIMIT: usize = 1_000;
 /// The most `(id, due)` pairs one pull of one partition reads.
 const MAX_PEEK: usize = 1_024;
-/// Prune the executed-set every this many pulls.
-const PRUNE_EVERY: u32 = 10;
 
-/// The task that serves one partition while this node owns it.
+/// How long a claimer that found no free handler slot waits for more slots to free up, so
+/// that a saturated queue claims in batches instead of one task per round trip.
+const SLOT_GATHERING: Duration = Duration::from_millis(1);
+
+/// The task that serves one partition while this node owns it: its prefetching pulls and its
+/// claims. Lease takeover and pruning run in [`crate::maintenance`], apart, so that a
+/// saturated queue (claims waiting for handler slots) never holds them up.
 pub(crate) struct PartitionWorker {
     wake: Notify,
     cancel: CancellationToken,
@@ -80,24 +80,19 @@ impl Serving {
             period,
         );
         pulls.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut pull_count: u32 = 0;
-        self.pull(true).await;
+        self.pull().await;
         loop {
             tokio::select! {
                 biased;
                 _ = self.worker.cancel.cancelled() => return,
+                _ = pulls.tick() => self.pull().await,
                 _ = self.worker.wake.notified() => self.claim_until_drained().await,
-                _ = pulls.tick() => {
-                    pull_count = pull_count.wrapping_add(1);
-                    self.pull(pull_count % PRUNE_EVERY == 0).await;
-                }
             }
         }
     }
 
-    /// Prefetches the window into the timer, takes back expired leases, and now and then
-    /// prunes the executed-set.
-    async fn pull(&mut self, prune: bool) {
+    /// Prefetches the window's due times into the timer.
+    async fn pull(&mut self) {
         let runtime = &self.runtime;
         let engine = &runtime.config.engine;
         let now = runtime.clock.now_ms();
@@ -120,32 +115,7 @@ impl Serving {
                     }
                 }
             }
-            Err(error) => {
-                runtime.health.failed("peek_window", &error);
-                return;
-            }
-        }
-        match runtime
-            .store
-            .requeue_expired(&self.partition, now, REQUEUE_LIMIT)
-            .await
-        {
-            Ok(requeued) if !requeued.is_empty() => {
-                tracing::info!(partition = %self.partition, count = requeued.len(), "took back tasks whose lease expired");
-                runtime.timer.insert(now, self.partition.clone());
-            }
-            Ok(_) => {}
-            Err(error) => runtime.health.failed("requeue_expired", &error),
-        }
-        if prune {
-            let retention = engine.executed_retention.as_millis() as u64;
-            if let Err(error) = runtime
-                .store
-                .prune_done(&self.partition, now.saturating_sub(retention), PRUNE_LIMIT)
-                .await
-            {
-                runtime.health.failed("prune_done", &error);
-            }
+            Err(error) => runtime.health.failed("peek_window", &error),
         }
     }
 
@@ -204,20 +174,34 @@ impl Serving {
         }
     }
 
-    /// Waits for at least one free handler slot of the queue, then takes up to `limit`.
+    /// Takes up to `limit` free handler slots of the queue, at least one. When none was
+    /// free, it waits for one and then gathers more for a moment: on a saturated queue slots
+    /// free up one by one, and claiming one task per round trip would waste the batch.
     async fn acquire_slots(&self, limit: usize) -> Option<OwnedSemaphorePermit> {
         let slots = self.queue.slots.clone();
+        let had_free = slots.available_permits() > 0;
         let mut permits = tokio::select! {
             biased;
             _ = self.worker.cancel.cancelled() => return None,
             permit = slots.clone().acquire_owned() => permit.ok()?,
         };
-        let more = slots.available_permits().min(limit.saturating_sub(1));
-        if more > 0 {
-            if let Ok(extra) = slots.try_acquire_many_owned(more as u32) {
-                permits.merge(extra);
-            }
+        top_up(&slots, &mut permits, limit);
+        if !had_free && permits.num_permits() < limit {
+            tokio::time::sleep(SLOT_GATHERING).await;
+            top_up(&slots, &mut permits, limit);
         }
         Some(permits)
+    }
+}
+
+/// Adds free slots to `permits` up to `limit` in all, without waiting.
+fn top_up(slots: &Arc<tokio::sync::Semaphore>, permits: &mut OwnedSemaphorePermit, limit: usize) {
+    let more = slots
+        .available_permits()
+        .min(limit.saturating_sub(permits.num_permits()));
+    if more > 0 {
+        if let Ok(extra) = slots.clone().try_acquire_many_owned(more as u32) {
+            permits.merge(extra);
+        }
     }
 }

@@ -60,6 +60,8 @@ pub(crate) struct Runtime {
     pub(crate) executions: TaskTracker,
     /// The partition workers' tasks (waited for on shutdown, before the executions).
     pub(crate) partition_tasks: TaskTracker,
+    /// Serializes [`Runtime::rebalance`].
+    pub(crate) rebalancing: tokio::sync::Mutex<()>,
     /// Set by a simulated crash: claimed tasks are not run any more.
     pub(crate) killed: std::sync::atomic::AtomicBool,
     /// Cancelled when the node stops claiming (shutdown or crash).
@@ -100,7 +102,7 @@ impl Runtime {
             if !mine || self.stop.is_cancelled() {
                 return false;
             }
-            self.rebalance(&membership).await;
+            self.rebalance().await;
         }
         if self.owns(partition) {
             self.timer.insert(due_ms, partition.clone());
@@ -168,10 +170,15 @@ impl Runtime {
         served
     }
 
-    /// Starts the workers of partitions this node gained and stops those it lost.
-    pub(crate) async fn rebalance(self: &Arc<Self>, membership: &Membership) {
-        let me = self.coordinator.node_id().clone();
+    /// Starts the workers of partitions this node gained and stops those it lost, for the
+    /// latest membership. Serialized, and the membership is read under the lock, so an older
+    /// view can never undo a newer one.
+    pub(crate) async fn rebalance(self: &Arc<Self>) {
+        let _serial = self.rebalancing.lock().await;
         let served = self.served_queues().await;
+        let membership = self.coordinator.membership().borrow().clone();
+        let membership = &membership;
+        let me = self.coordinator.node_id().clone();
         let mut desired = HashSet::new();
         if membership.contains(&me) && !self.stop.is_cancelled() {
             for (queue, partitions) in &served {
@@ -236,8 +243,10 @@ pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
             // clock is the local one shifted by whole milliseconds, so the local clock's
             // fraction of a millisecond is the cluster's too.
             Some(due) => Duration::from_micros((due - now) * 1_000 - elapsed_in_millisecond()),
-            None => Duration::from_secs(3600),
+            None => MAX_TIMER_SLEEP,
         };
+        // A jump of the cluster clock (a new offset sample) is noticed within this.
+        let sleep_for = sleep_for.min(MAX_TIMER_SLEEP);
         tokio::select! {
             biased;
             _ = runtime.stop.cancelled() => return,
@@ -246,6 +255,9 @@ pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
         }
     }
 }
+
+/// The longest the timer sleeps before it looks at the clock again.
+const MAX_TIMER_SLEEP: Duration = Duration::from_millis(250);
 
 /// Microseconds elapsed since the start of the current millisecond of the system clock.
 fn elapsed_in_millisecond() -> u64 {
@@ -292,8 +304,8 @@ pub(crate) async fn run_ownership(
     );
     catalog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let current = membership.borrow_and_update().clone();
-        runtime.rebalance(&current).await;
+        membership.borrow_and_update();
+        runtime.rebalance().await;
         tokio::select! {
             biased;
             _ = runtime.stop.cancelled() => break,

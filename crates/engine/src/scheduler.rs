@@ -197,6 +197,7 @@ impl SchedulerBuilder {
             next_run: AtomicU64::new(0),
             executions: TaskTracker::new(),
             partition_tasks: TaskTracker::new(),
+            rebalancing: tokio::sync::Mutex::new(()),
             killed: std::sync::atomic::AtomicBool::new(false),
             stop: CancellationToken::new(),
         });
@@ -222,6 +223,9 @@ impl SchedulerBuilder {
         }
         if runtime.is_member() {
             scheduler.loops.spawn(run_timer(runtime.clone()));
+            scheduler
+                .loops
+                .spawn(crate::maintenance::run_maintenance(runtime.clone()));
             if let Some(wakeups) = runtime.coordinator.take_wakeups() {
                 scheduler.loops.spawn(run_wakeups(runtime.clone(), wakeups));
             }
@@ -370,9 +374,9 @@ impl Scheduler {
         when: When,
         payload: &T,
     ) -> EngineResult<Scheduled> {
-        let bytes = serde_json::to_vec(payload).map_err(|error| EngineError::InvalidWhen {
+        let bytes = serde_json::to_vec(payload).map_err(|error| EngineError::InvalidPayload {
             id: id.to_owned(),
-            reason: format!("payload does not serialize to JSON: {error}"),
+            reason: error.to_string(),
         })?;
         self.schedule(queue, id, when, bytes).await
     }
@@ -533,9 +537,11 @@ impl Scheduler {
         Ok(totals)
     }
 
-    /// Graceful shutdown: stop claiming, wait for running handlers up to `shutdown_grace`,
-    /// give the tasks still running back (their leases end now, so any node takes them),
-    /// leave the cluster.
+    /// Graceful shutdown: stop claiming, leave the cluster at once (so the others take the
+    /// partitions over without waiting for the heartbeat to expire), wait for running
+    /// handlers up to `shutdown_grace` (they settle through their lease tokens, which need no
+    /// membership), then give the tasks still running back (their leases end now, so the new
+    /// owners take them).
     pub async fn shutdown(&self) -> EngineResult<()> {
         let runtime = &self.runtime;
         if runtime.stop.is_cancelled() {
@@ -546,6 +552,7 @@ impl Scheduler {
         self.loops.wait().await;
         runtime.partition_tasks.close();
         runtime.partition_tasks.wait().await;
+        let left = runtime.coordinator.leave().await;
         runtime.executions.close();
         let grace = runtime.config.engine.shutdown_grace;
         if tokio::time::timeout(grace, runtime.executions.wait())
@@ -554,7 +561,7 @@ impl Scheduler {
         {
             self.release_running().await;
         }
-        runtime.coordinator.leave().await?;
+        left?;
         tracing::info!(node = runtime.node_id(), "scheduler shut down");
         Ok(())
     }

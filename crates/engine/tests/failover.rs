@@ -161,38 +161,38 @@ async fn a_graceful_leave_moves_partitions_at_once_and_loses_nothing() {
         nodes.push(
             backend
                 .builder(&config)
-                .handler("orders", recorder.handler(Duration::from_millis(20)))
+                // Handlers run for a while, so the leaving node is busy when it leaves.
+                .handler("orders", recorder.handler(Duration::from_millis(700)))
                 .start()
                 .await
                 .expect("node starts"),
         );
     }
     wait_for_ownership(&nodes, 3).await;
-    let total = 1_500;
+    let total = 600;
     schedule_spread(&nodes[1], total, 200, 3_000, 12).await;
     let leaving = nodes[0].clone();
     wait_until(
         Duration::from_secs(10),
-        "the leaving node fired some tasks",
-        || {
-            recorder
-                .started
-                .firings()
-                .iter()
-                .any(|f| f.node == leaving.node_id().as_str())
-        },
+        "the leaving node runs handlers",
+        || leaving.running_tasks() > 0,
     )
     .await;
-    leaving.shutdown().await.expect("graceful shutdown");
     let left_at = Instant::now();
+    let shutting_down = tokio::spawn(async move { leaving.shutdown().await });
     let survivors = vec![nodes[1].clone(), nodes[2].clone()];
     wait_for_ownership(&survivors, 2).await;
     let moved_after = left_at.elapsed();
-    // "At once": well under the heartbeat TTL (600 ms) that a crash would take.
+    // "At once": before the leaving node's handlers finish (700 ms), and well under the
+    // heartbeat TTL (600 ms) that a crash would take.
     assert!(
         moved_after < Duration::from_millis(400),
         "partitions moved only after {moved_after:?}"
     );
+    shutting_down
+        .await
+        .expect("shutdown task")
+        .expect("graceful shutdown");
     wait_until(Duration::from_secs(20), "every task completed", || {
         recorder.started.distinct() == total
     })
