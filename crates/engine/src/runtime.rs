@@ -104,12 +104,19 @@ impl Runtime {
             }
             self.rebalance().await;
         }
-        if self.owns(partition) {
-            self.timer.insert(due_ms, partition.clone());
-            true
-        } else {
-            false
+        if !self.owns(partition) {
+            return false;
         }
+        // Beyond the prefetch window a pull arms it in time; holding it now only fills the
+        // timer (a million tasks scheduled an hour ahead must not cost a million entries).
+        let horizon = self
+            .clock
+            .now_ms()
+            .saturating_add(self.config.engine.prefetch_window.as_millis() as u64);
+        if due_ms <= horizon {
+            self.timer.insert(due_ms, partition.clone());
+        }
+        true
     }
 
     /// Whether a member of the cluster runs handlers (and so owns partitions).
