@@ -144,8 +144,7 @@ pub trait TaskStore: Send + Sync + 'static {
     async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats>;
 
     /// Up to `limit` dead letters of a partition, oldest first.
-    async fn list_dead(&self, partition: &Partition, limit: usize)
-        -> StorageResult<Vec<DeadTask>>;
+    async fn list_dead(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<DeadTask>>;
 
     /// Makes a dead letter pending again at `due_ms` with attempt 1. Returns whether it was
     /// dead.
