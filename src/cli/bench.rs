@@ -326,12 +326,6 @@ fn burst_handler(
             probe.burst_moved.fetch_add(1, Ordering::Relaxed);
         }
         lock(&probe.burst).saturating_record(task.fired_ms.saturating_sub(due_ms));
-        if std::env::var_os("DQ_DEBUG").is_some() {
-            eprintln!(
-                "DBG {} {} {} {} {}",
-                task.id, task.due_ms, task.fired_ms, due_ms, task.node
-            );
-        }
         probe.burst_deliveries.fetch_add(1, Ordering::Relaxed);
         std::future::ready(Ok(()))
     }
