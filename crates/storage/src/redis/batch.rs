@@ -113,17 +113,22 @@ where
 {
     // Should this task end early (a panic), the guard removes the key: its waiting callers
     // see their senders dropped (an error) and the next caller starts afresh.
-    let _guard = RemoveOnDrop {
+    let mut guard = RemoveOnDrop {
         queues: &queues,
-        key: key.clone(),
+        key: Some(key.clone()),
     };
     loop {
         let batch: Waiting<I, O> = {
-            let mut queues = queues.lock();
-            let Some(queue) = queues.get_mut(&key) else {
+            let mut locked = queues.lock();
+            let Some(queue) = locked.get_mut(&key) else {
+                guard.key = None;
                 return;
             };
             if queue.waiting.is_empty() {
+                // Under the same lock that saw it empty: a caller arriving after this starts
+                // a new drain instead of joining a queue nobody drains.
+                locked.remove(&key);
+                guard.key = None;
                 return;
             }
             let take = queue.waiting.len().min(MAX_BATCH);
@@ -137,14 +142,17 @@ where
     }
 }
 
+/// Removes `key` when dropped while still set (the drain ended abnormally).
 struct RemoveOnDrop<'a, K: Hash + Eq, I, O> {
     queues: &'a Mutex<HashMap<K, Queue<I, O>>>,
-    key: K,
+    key: Option<K>,
 }
 
 impl<K: Hash + Eq, I, O> Drop for RemoveOnDrop<'_, K, I, O> {
     fn drop(&mut self) {
-        self.queues.lock().remove(&self.key);
+        if let Some(key) = self.key.take() {
+            self.queues.lock().remove(&key);
+        }
     }
 }
 
@@ -190,6 +198,33 @@ mod tests {
         let calls = calls.load(Ordering::Relaxed);
         assert!(calls < 200, "200 concurrent items took {calls} calls");
         assert!(batcher.queues.lock().is_empty(), "drained keys are removed");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn callers_arriving_as_a_drain_ends_are_never_stranded() {
+        let batcher: Batcher<u32, u64, u64> = Batcher::default();
+        for round in 0..2_000u64 {
+            let callers = (0..3u64).map(|n| {
+                let batcher = batcher.clone();
+                tokio::spawn(async move {
+                    batcher
+                        .submit("test", 1, round * 3 + n, |_, items| async move {
+                            items.into_iter().map(Ok).collect()
+                        })
+                        .await
+                })
+            });
+            for (n, caller) in futures::future::join_all(callers)
+                .await
+                .into_iter()
+                .enumerate()
+            {
+                assert_eq!(
+                    caller.expect("no panic").expect("result"),
+                    round * 3 + n as u64
+                );
+            }
+        }
     }
 
     #[tokio::test]
