@@ -22,7 +22,9 @@
 //! printed last. Knobs (environment):
 //! - `DELAYQ_BENCH_DUE_TASKS` (default 1,000,000): tasks in the claim partition;
 //! - `DELAYQ_BENCH_SCHEDULE_TASKS` (default 200,000): tasks per schedule measurement;
-//! - `DELAYQ_BENCH_ROUNDS` (default 3).
+//! - `DELAYQ_BENCH_ROUNDS` (default 3);
+//! - `DELAYQ_BENCH_PROFILE` (set: print the Redis µs per task of every command the scripts
+//!   called, and the rest: Lua and the per-call overhead).
 
 use std::process::Command;
 use std::sync::Arc;
@@ -66,7 +68,7 @@ impl Config {
 }
 
 /// A throughput, and the Redis time it cost (script time from `INFO commandstats`).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Rate {
     /// Tasks per second seen by the caller.
     tasks_per_second: f64,
@@ -74,10 +76,12 @@ struct Rate {
     redis_us_per_task: f64,
     /// Tasks per script call (how well calls were batched).
     tasks_per_call: f64,
+    /// Redis µs per task of each command our scripts called, most expensive first.
+    profile: Vec<(String, f64)>,
 }
 
 /// The figures of one round.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Round {
     schedule_single: Rate,
     schedule_many_64: Rate,
@@ -110,18 +114,22 @@ fn main() -> Result<(), Failure> {
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
     };
-    let median_rate = |pick: fn(&Round) -> Rate| Rate {
+    let median_rate = |pick: fn(&Round) -> &Rate| Rate {
         tasks_per_second: median(&|round| pick(round).tasks_per_second),
         redis_us_per_task: median(&|round| pick(round).redis_us_per_task),
         tasks_per_call: median(&|round| pick(round).tasks_per_call),
+        profile: rounds
+            .last()
+            .map(|round| pick(round).profile.clone())
+            .unwrap_or_default(),
     };
     let medians = Round {
-        schedule_single: median_rate(|r| r.schedule_single),
-        schedule_many_64: median_rate(|r| r.schedule_many_64),
-        schedule_many_1: median_rate(|r| r.schedule_many_1),
+        schedule_single: median_rate(|r| &r.schedule_single),
+        schedule_many_64: median_rate(|r| &r.schedule_many_64),
+        schedule_many_1: median_rate(|r| &r.schedule_many_1),
         bytes_per_task: median(&|r| r.bytes_per_task),
-        claim: median_rate(|r| r.claim),
-        claim_ack: median_rate(|r| r.claim_ack),
+        claim: median_rate(|r| &r.claim),
+        claim_ack: median_rate(|r| &r.claim_ack),
         ack: median(&|r| r.ack),
     };
     println!();
@@ -138,6 +146,19 @@ fn print_round(label: &str, round: &Round) {
             "  {name:<36} {:>10.0}   {:>13.2}   {:>10.1}",
             rate.tasks_per_second, rate.redis_us_per_task, rate.tasks_per_call
         );
+        if std::env::var_os("DELAYQ_BENCH_PROFILE").is_some() {
+            let inner: f64 = rate.profile.iter().map(|(_, us)| us).sum();
+            let parts: Vec<String> = rate
+                .profile
+                .iter()
+                .map(|(command, us)| format!("{command} {us:.2}"))
+                .collect();
+            println!(
+                "      Redis µs/task: {}; Lua and call overhead {:.2}",
+                parts.join(", "),
+                rate.redis_us_per_task - inner
+            );
+        }
     };
     line(
         &format!("schedule, 1 at a time, {CALLERS} callers"),
@@ -286,13 +307,16 @@ async fn schedule_single(
 /// Schedules `items` with `schedule_many` calls of [`BATCH`] items, one after the other.
 async fn schedule_batches(
     store: &RedisStore,
-    mut items: Vec<(Partition, NewTask)>,
+    items: Vec<(Partition, NewTask)>,
 ) -> Result<f64, Failure> {
     let count = items.len() as u64;
+    let mut items = items.into_iter();
     let started = Instant::now();
-    while !items.is_empty() {
-        let rest = items.split_off(items.len().min(BATCH));
-        let batch = std::mem::replace(&mut items, rest);
+    loop {
+        let batch: Vec<_> = items.by_ref().take(BATCH).collect();
+        if batch.is_empty() {
+            break;
+        }
         for result in store.schedule_many(batch, ScheduleMode::Upsert).await? {
             result?;
         }
@@ -352,19 +376,37 @@ impl ScriptTime {
             other => format!("{other:?}"),
         };
         // cmdstat_evalsha:calls=200,usec=1643163,usec_per_call=8215.82,...
-        let field = |name: &str| {
-            info.lines()
-                .filter(|line| line.starts_with("cmdstat_evalsha:"))
-                .filter_map(|line| line.split(&format!("{name}=")).nth(1))
-                .filter_map(|rest| rest.split(',').next())
-                .filter_map(|value| value.parse::<f64>().ok())
-                .sum::<f64>()
-        };
-        let (calls, usec) = (field("calls"), field(",usec"));
+        let stats: Vec<(String, f64, f64)> = info
+            .lines()
+            .filter_map(|line| {
+                let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |key: &str| {
+                    rest.split(',')
+                        .find_map(|pair| pair.strip_prefix(key))
+                        .and_then(|value| value.parse::<f64>().ok())
+                };
+                Some((name.to_owned(), field("calls=")?, field("usec=")?))
+            })
+            .collect();
+        let (calls, usec) = stats
+            .iter()
+            .find(|(name, _, _)| name == "evalsha")
+            .map_or((0.0, 0.0), |(_, calls, usec)| (*calls, *usec));
+        let per_task = |usec: f64| usec / tasks.max(1) as f64;
+        let mut profile: Vec<(String, f64)> = stats
+            .iter()
+            .filter(|(name, _, _)| {
+                !matches!(name.as_str(), "evalsha" | "info" | "config|resetstat")
+            })
+            .map(|(name, _, usec)| (name.clone(), per_task(*usec)))
+            .filter(|(_, us)| *us >= 0.01)
+            .collect();
+        profile.sort_by(|a, b| b.1.total_cmp(&a.1));
         Ok(Rate {
             tasks_per_second,
-            redis_us_per_task: usec / tasks.max(1) as f64,
+            redis_us_per_task: per_task(usec),
             tasks_per_call: tasks as f64 / calls.max(1.0),
+            profile,
         })
     }
 }
