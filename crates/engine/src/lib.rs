@@ -29,6 +29,7 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 pub mod config;
 mod dispatch;
 mod error;
@@ -41,7 +42,8 @@ mod scheduler;
 mod task;
 pub mod timer;
 
+pub use builder::{MemoryBackend, SchedulerBuilder};
 pub use error::{EngineError, EngineResult};
 pub use handler::{Handler, HandlerError, HandlerFuture};
-pub use scheduler::{MemoryBackend, ScheduleRequest, Scheduler, SchedulerBuilder};
+pub use scheduler::{ScheduleRequest, Scheduler};
 pub use task::{Scheduled, Task, When};

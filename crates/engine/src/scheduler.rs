@@ -1,247 +1,22 @@
-//! The [`Scheduler`] handle that applications embed, and its builder.
+//! The [`Scheduler`] handle that applications embed: schedule, cancel, inspect, shut down.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::AtomicU64;
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
-use dashmap::DashMap;
-use delayq_coordinator::{
-    owner, ClusterClock, Coordinator, CoordinatorConfig, LocalClock, Membership, MemoryCluster,
-    MemoryCoordinator, NodeId, QueueFilter, RedisCoordinator, SystemClock, Wakeup,
-};
+use delayq_coordinator::{owner, ClusterClock, Coordinator, Membership, NodeId, Wakeup};
 use delayq_storage::{
-    partition_of, validate_due, MemoryStore, NewTask, Partition, PartitionStats, QueueName,
-    RedisStore, RedisStoreOptions, ScheduleMode, ScheduleOutcome, StorageError, StoreOptions,
-    TaskId, TaskInfo, TaskStore,
+    partition_of, validate_due, NewTask, Partition, PartitionStats, QueueName, ScheduleMode,
+    ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore,
 };
 use futures::stream::{self, StreamExt, TryStreamExt};
-use parking_lot::Mutex;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::builder::SchedulerBuilder;
 use crate::config::Config;
 use crate::error::{EngineError, EngineResult};
-use crate::handler::Handler;
-use crate::health::StoreHealth;
-use crate::runtime::{run_ownership, run_timer, run_wakeups, Runtime};
+use crate::runtime::Runtime;
 use crate::task::{Scheduled, When};
-use crate::timer::DueTimer;
-
-/// An in-process backend: a shared memory store and cluster hub. Clone it into several
-/// schedulers to run a cluster in one process (the demo, users' tests).
-#[derive(Clone)]
-pub struct MemoryBackend {
-    /// The shared task store.
-    pub store: MemoryStore,
-    /// The shared membership hub.
-    pub cluster: Arc<MemoryCluster>,
-}
-
-impl MemoryBackend {
-    /// A fresh, empty in-process backend.
-    pub fn new() -> Self {
-        MemoryBackend {
-            store: MemoryStore::new(StoreOptions::default()),
-            cluster: MemoryCluster::new(),
-        }
-    }
-}
-
-impl Default for MemoryBackend {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-enum Backend {
-    Redis,
-    Memory(MemoryBackend),
-}
-
-/// Builds a [`Scheduler`]: handlers, backend, clock. See [`Scheduler::builder`].
-pub struct SchedulerBuilder {
-    config: Config,
-    handlers: HashMap<String, Arc<dyn Handler>>,
-    default_handler: Option<Arc<dyn Handler>>,
-    backend: Backend,
-    local_clock: Arc<dyn LocalClock>,
-    store: Option<Arc<dyn TaskStore>>,
-    problem: Option<EngineError>,
-}
-
-impl SchedulerBuilder {
-    /// Runs `handler` for the tasks of `queue`. A node with at least one handler joins the
-    /// cluster and owns a share of the partitions of the queues it has handlers for.
-    pub fn handler(mut self, queue: &str, handler: impl Handler) -> Self {
-        if let Err(error) = QueueName::new(queue) {
-            self.problem.get_or_insert(error.into());
-        } else if self
-            .handlers
-            .insert(queue.to_owned(), Arc::new(handler))
-            .is_some()
-        {
-            self.problem.get_or_insert(EngineError::DuplicateHandler {
-                queue: queue.to_owned(),
-            });
-        }
-        self
-    }
-
-    /// Runs `handler` for every queue without its own handler, including queues that
-    /// producers create later (what `delayq node` does).
-    pub fn default_handler(mut self, handler: impl Handler) -> Self {
-        self.default_handler = Some(Arc::new(handler));
-        self
-    }
-
-    /// Uses the in-process backend instead of Redis.
-    pub fn memory(mut self, backend: MemoryBackend) -> Self {
-        self.backend = Backend::Memory(backend);
-        self
-    }
-
-    /// Uses this local clock instead of the system clock (tests: a machine whose clock is
-    /// wrong).
-    pub fn local_clock(mut self, clock: Arc<dyn LocalClock>) -> Self {
-        self.local_clock = clock;
-        self
-    }
-
-    /// Uses this task store instead of the backend's (tests: a store that records claims).
-    pub fn store(mut self, store: Arc<dyn TaskStore>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
-    /// Connects, registers the queues, joins the cluster (when there are handlers) and starts
-    /// the runtime.
-    pub async fn start(self) -> EngineResult<Scheduler> {
-        if let Some(problem) = self.problem {
-            return Err(problem);
-        }
-        self.config.validate()?;
-        let config = self.config;
-        let member = self.default_handler.is_some() || !self.handlers.is_empty();
-        let filter = if self.default_handler.is_some() {
-            QueueFilter::All
-        } else {
-            let mut queues: Vec<String> = self.handlers.keys().cloned().collect();
-            queues.sort();
-            QueueFilter::Only(queues)
-        };
-        let coordinator_config = CoordinatorConfig {
-            key_prefix: config.redis.key_prefix.clone(),
-            node_name: config.node.name.clone(),
-            heartbeat_period: config.node.heartbeat_period,
-            heartbeat_ttl: config.node.heartbeat_ttl,
-            start_timeout: config.node.start_timeout,
-            queues: filter,
-        };
-        let store_options = StoreOptions {
-            max_payload: config.engine.max_payload,
-            executed_retention_ms: config.engine.executed_retention.as_millis() as u64,
-        };
-        let (store, coordinator): (Arc<dyn TaskStore>, Arc<dyn Coordinator>) = match self.backend {
-            Backend::Redis => {
-                let store: Arc<dyn TaskStore> = match self.store {
-                    Some(store) => store,
-                    None => Arc::new(
-                        RedisStore::connect(RedisStoreOptions {
-                            url: config.redis.url.clone(),
-                            key_prefix: config.redis.key_prefix.clone(),
-                            store: store_options,
-                            response_timeout: Duration::from_secs(2),
-                            connect_timeout: config.node.start_timeout,
-                        })
-                        .await?,
-                    ),
-                };
-                let url = &config.redis.url;
-                let clock = self.local_clock.clone();
-                let coordinator: Arc<dyn Coordinator> = if member {
-                    RedisCoordinator::join(url, coordinator_config, clock).await?
-                } else {
-                    RedisCoordinator::observe(url, coordinator_config, clock).await?
-                };
-                (store, coordinator)
-            }
-            Backend::Memory(backend) => {
-                let store: Arc<dyn TaskStore> = match self.store {
-                    Some(store) => store,
-                    None => Arc::new(backend.store.clone()),
-                };
-                let clock = self.local_clock.clone();
-                let coordinator: Arc<dyn Coordinator> = if member {
-                    MemoryCoordinator::join(&backend.cluster, coordinator_config, clock).await?
-                } else {
-                    MemoryCoordinator::observe(&backend.cluster, coordinator_config, clock).await?
-                };
-                (store, coordinator)
-            }
-        };
-        let runtime = Arc::new(Runtime {
-            timer: DueTimer::new(config.engine.max_prefetched),
-            clock: coordinator.clock(),
-            config,
-            store,
-            coordinator,
-            health: StoreHealth::new(),
-            handlers: self.handlers,
-            default_handler: self.default_handler,
-            queues: DashMap::new(),
-            partition_counts: DashMap::new(),
-            workers: Mutex::new(HashMap::new()),
-            running: Mutex::new(HashMap::new()),
-            next_run: AtomicU64::new(0),
-            executions: TaskTracker::new(),
-            partition_tasks: TaskTracker::new(),
-            rebalancing: tokio::sync::Mutex::new(()),
-            killed: std::sync::atomic::AtomicBool::new(false),
-            stop: CancellationToken::new(),
-        });
-        let scheduler = Scheduler {
-            runtime: runtime.clone(),
-            loops: Arc::new(TaskTracker::new()),
-        };
-        // Queues with their own handler are registered (and their partition count checked)
-        // before the node takes any partition.
-        let handler_queues: Vec<String> = runtime.handlers.keys().cloned().collect();
-        for name in handler_queues {
-            let queue = QueueName::new(&name)?;
-            let partitions = scheduler.partitions_for_write(&queue).await?;
-            runtime.queue_runtime(&queue, partitions);
-        }
-        if runtime.default_handler.is_some() {
-            let configured: Vec<String> = runtime.config.queues.keys().cloned().collect();
-            for name in configured {
-                let queue = QueueName::new(&name)?;
-                let partitions = scheduler.partitions_for_write(&queue).await?;
-                runtime.queue_runtime(&queue, partitions);
-            }
-        }
-        if runtime.is_member() {
-            scheduler.loops.spawn(run_timer(runtime.clone()));
-            scheduler
-                .loops
-                .spawn(crate::maintenance::run_maintenance(runtime.clone()));
-            if let Some(wakeups) = runtime.coordinator.take_wakeups() {
-                scheduler.loops.spawn(run_wakeups(runtime.clone(), wakeups));
-            }
-            let membership = runtime.coordinator.membership();
-            scheduler
-                .loops
-                .spawn(run_ownership(runtime.clone(), membership));
-        }
-        tracing::info!(
-            node = runtime.node_id(),
-            member = runtime.is_member(),
-            "scheduler started"
-        );
-        Ok(scheduler)
-    }
-}
 
 /// The handle an application embeds: schedule, cancel and inspect tasks, and (with handlers)
 /// run the tasks of this replica's share of the partitions.
@@ -296,15 +71,19 @@ impl Scheduler {
     /// A builder for a scheduler with this configuration (Redis backend unless
     /// [`SchedulerBuilder::memory`] is called).
     pub fn builder(config: Config) -> SchedulerBuilder {
-        SchedulerBuilder {
-            config,
-            handlers: HashMap::new(),
-            default_handler: None,
-            backend: Backend::Redis,
-            local_clock: Arc::new(SystemClock),
-            store: None,
-            problem: None,
+        SchedulerBuilder::new(config)
+    }
+
+    pub(crate) fn new(runtime: Arc<Runtime>) -> Self {
+        Scheduler {
+            runtime,
+            loops: Arc::new(TaskTracker::new()),
         }
+    }
+
+    /// The runtime's long-running loops (timer, wake-ups, ownership, maintenance).
+    pub(crate) fn loops(&self) -> &TaskTracker {
+        &self.loops
     }
 
     /// This node's id.
@@ -662,7 +441,7 @@ impl Scheduler {
 
     /// The partition count of a queue we write to: the recorded one, else the configured one
     /// (recorded now). A configured count that differs from the record is an error.
-    async fn partitions_for_write(&self, queue: &QueueName) -> EngineResult<u32> {
+    pub(crate) async fn partitions_for_write(&self, queue: &QueueName) -> EngineResult<u32> {
         if let Some(count) = self.runtime.partition_counts.get(queue.as_str()) {
             return Ok(*count);
         }
