@@ -38,9 +38,18 @@ pub struct MemoryBackend {
 
 impl MemoryBackend {
     /// A fresh, empty in-process backend.
+    ///
+    /// The store takes the default limits (1 MiB payloads, 1 h executed retention): the
+    /// store is shared by every node built on it, so the nodes' `engine.max_payload` and
+    /// `engine.executed_retention` do not apply to it; use [`MemoryBackend::with_options`].
     pub fn new() -> Self {
+        Self::with_options(StoreOptions::default())
+    }
+
+    /// A fresh, empty in-process backend whose store has these limits.
+    pub fn with_options(options: StoreOptions) -> Self {
         MemoryBackend {
-            store: MemoryStore::new(StoreOptions::default()),
+            store: MemoryStore::new(options),
             cluster: MemoryCluster::new(),
         }
     }
