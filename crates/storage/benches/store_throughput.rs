@@ -17,9 +17,9 @@
 //! Next to each throughput, the Redis time our scripts took per task (`INFO commandstats`,
 //! EVALSHA), which says how far Redis itself is from being the bottleneck.
 //!
-//! Then `redis-benchmark` on a fresh server gives the physical limit: ZADD and
-//! `EVAL "return 1" 0`, with and without a pipeline of 16. The medians over the rounds are
-//! printed last. Knobs (environment):
+//! After each round, `redis-benchmark` on a fresh server gives the physical limit of the
+//! moment: ZADD and `EVAL "return 1" 0`, with and without a pipeline of 16. The medians over
+//! the rounds are printed last (per throughput, the median round's figures). Knobs (environment):
 //! - `DELAYQ_BENCH_DUE_TASKS` (default 1,000,000): tasks in the claim partition;
 //! - `DELAYQ_BENCH_SCHEDULE_TASKS` (default 200,000): tasks per schedule measurement;
 //! - `DELAYQ_BENCH_ROUNDS` (default 3);
@@ -90,7 +90,21 @@ struct Round {
     claim: Rate,
     claim_ack: Rate,
     ack: f64,
+    /// redis-benchmark ops/s on this machine right after the round: ZADD, ZADD -P 16,
+    /// EVAL "return 1" 0, the same with -P 16.
+    limits: [f64; 4],
 }
+
+/// The redis-benchmark runs: label and arguments.
+const LIMITS: [(&str, &[&str]); 4] = [
+    ("ZADD", &["-t", "zadd", "-r", "1000000"]),
+    ("ZADD -P 16", &["-t", "zadd", "-r", "1000000", "-P", "16"]),
+    ("EVAL \"return 1\" 0", &["eval", "return 1", "0"]),
+    (
+        "EVAL \"return 1\" 0 -P 16",
+        &["-P", "16", "eval", "return 1", "0"],
+    ),
+];
 
 type Failure = Box<dyn std::error::Error>;
 
@@ -105,8 +119,15 @@ fn main() -> Result<(), Failure> {
         .build()?;
     let mut rounds = Vec::new();
     for number in 1..=config.rounds {
+        let load_before = load_average();
         let round = runtime.block_on(run_round(&config))?;
-        print_round(&format!("round {number}"), &round);
+        print_round(
+            &format!(
+                "round {number} (load average {load_before} before, {} after)",
+                load_average()
+            ),
+            &round,
+        );
         rounds.push(round);
     }
     let median = |pick: &dyn Fn(&Round) -> f64| {
@@ -114,14 +135,11 @@ fn main() -> Result<(), Failure> {
         values.sort_by(f64::total_cmp);
         values[values.len() / 2]
     };
-    let median_rate = |pick: fn(&Round) -> &Rate| Rate {
-        tasks_per_second: median(&|round| pick(round).tasks_per_second),
-        redis_us_per_task: median(&|round| pick(round).redis_us_per_task),
-        tasks_per_call: median(&|round| pick(round).tasks_per_call),
-        profile: rounds
-            .last()
-            .map(|round| pick(round).profile.clone())
-            .unwrap_or_default(),
+    // Per metric, the round with the median throughput, with its own Redis time and profile.
+    let median_rate = |pick: fn(&Round) -> &Rate| {
+        let mut rates: Vec<&Rate> = rounds.iter().map(pick).collect();
+        rates.sort_by(|a, b| a.tasks_per_second.total_cmp(&b.tasks_per_second));
+        rates[rates.len() / 2].clone()
     };
     let medians = Round {
         schedule_single: median_rate(|r| &r.schedule_single),
@@ -131,16 +149,16 @@ fn main() -> Result<(), Failure> {
         claim: median_rate(|r| &r.claim),
         claim_ack: median_rate(|r| &r.claim_ack),
         ack: median(&|r| r.ack),
+        limits: [0, 1, 2, 3].map(|index| median(&|r| r.limits[index])),
     };
     println!();
     print_round("median", &medians);
-    println!();
-    physical_limits()?;
     Ok(())
 }
 
 fn print_round(label: &str, round: &Round) {
-    println!("{label}:                                   tasks/s   Redis µs/task   tasks/call");
+    println!("{label}:");
+    println!("                                          tasks/s   Redis µs/task   tasks/call");
     let line = |name: &str, rate: &Rate| {
         println!(
             "  {name:<36} {:>10.0}   {:>13.2}   {:>10.1}",
@@ -182,6 +200,15 @@ fn print_round(label: &str, round: &Round) {
         "  memory per pending task              {:>10.1} B ({:.1} B beyond the {PAYLOAD_BYTES}-byte payload)",
         round.bytes_per_task,
         round.bytes_per_task - PAYLOAD_BYTES as f64
+    );
+    println!("  physical limit (redis-benchmark -n 200000, 50 clients, a fresh server):");
+    for ((label, _), ops) in LIMITS.iter().zip(round.limits) {
+        println!("    {label:<34} {ops:>10.0} ops/s");
+    }
+    println!(
+        "  ratios: schedule_many (1 partition) / ZADD -P 16 = {:.2}; claim+ack / ZADD -P 16 = {:.2}",
+        round.schedule_many_1.tasks_per_second / round.limits[1].max(1.0),
+        round.claim_ack.tasks_per_second / round.limits[1].max(1.0)
     );
 }
 
@@ -265,6 +292,7 @@ async fn run_round(config: &Config) -> Result<Round, Failure> {
     round.ack = rate(completed, acking);
     drop(store);
     drop(server);
+    round.limits = tokio::task::spawn_blocking(physical_limits).await??;
     Ok(round)
 }
 
@@ -334,6 +362,14 @@ fn new_task(id: TaskId, due_ms: u64, payload: &Bytes) -> NewTask {
         due_ms,
         payload: payload.clone(),
     }
+}
+
+/// The 1-minute load average (other work on the machine moves every figure).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
 }
 
 fn rate(count: u64, elapsed: Duration) -> f64 {
@@ -411,36 +447,23 @@ impl ScriptTime {
     }
 }
 
-/// `redis-benchmark` against a fresh server: what this machine's Redis does raw.
-fn physical_limits() -> Result<(), Failure> {
+/// `redis-benchmark` against a fresh server: what this machine's Redis does raw, now.
+fn physical_limits() -> Result<[f64; 4], std::io::Error> {
     let server = RedisServer::start();
     let port = server.port().to_string();
-    println!("physical limit (redis-benchmark -p {port} -n 200000, 50 clients):");
-    let runs: [(&str, &[&str]); 4] = [
-        ("ZADD", &["-t", "zadd", "-r", "1000000"]),
-        ("ZADD -P 16", &["-t", "zadd", "-r", "1000000", "-P", "16"]),
-        ("EVAL \"return 1\" 0", &["eval", "return 1", "0"]),
-        (
-            "EVAL \"return 1\" 0 -P 16",
-            &["-P", "16", "eval", "return 1", "0"],
-        ),
-    ];
-    for (label, arguments) in runs {
+    let mut limits = [0.0; 4];
+    for (limit, (_, arguments)) in limits.iter_mut().zip(LIMITS) {
         let output = Command::new("redis-benchmark")
             .args(["-p", &port, "-n", "200000", "--csv"])
             .args(arguments)
             .output()?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
         // --csv: a header line, then "name","requests per second",...
-        let rps = stdout
+        *limit = String::from_utf8_lossy(&output.stdout)
             .lines()
             .filter_map(|line| line.split(',').nth(1))
             .filter_map(|field| field.trim_matches('"').parse::<f64>().ok())
-            .next_back();
-        match rps {
-            Some(rps) => println!("  {label:<26} {rps:>10.0} ops/s"),
-            None => println!("  {label:<26} (no figure: {})", stdout.trim()),
-        }
+            .next_back()
+            .unwrap_or(0.0);
     }
-    Ok(())
+    Ok(limits)
 }
