@@ -12,7 +12,9 @@ use crate::model::{
 use super::connection::RedisStore;
 use super::error_map::{is_stale, map_error, unexpected_reply};
 use super::record::Record;
-use super::reply::{array, bytes, expect_array, expect_number, number, task_id, text};
+use super::reply::{
+    array, bytes, expect_array, expect_number, number, scored_pairs, task_id, text,
+};
 use super::scripts::SCRIPTS;
 
 /// The longest last-error text kept in a record; longer ones are cut at a char boundary.
@@ -98,13 +100,13 @@ impl RedisStore {
                 }
             })
             .await?;
-        let mut window = Vec::with_capacity(reply.len() / 2);
-        let mut values = reply.into_iter();
-        while let (Some(id), Some(score)) = (values.next(), values.next()) {
-            let due_ms = expect_number(OPERATION, &score, "a due score")?;
-            window.push((task_id(&keys.due, id)?, due_ms));
-        }
-        Ok(window)
+        scored_pairs(reply)
+            .into_iter()
+            .map(|(id, score)| {
+                let due_ms = expect_number(OPERATION, &score, "a due score")?;
+                Ok((task_id(&keys.due, id)?, due_ms))
+            })
+            .collect()
     }
 
     pub(crate) async fn complete(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {

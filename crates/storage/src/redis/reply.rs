@@ -69,6 +69,28 @@ pub(crate) fn expect_number(
     number(value).ok_or_else(|| unexpected_reply(operation, format!("{what} is {value:?}")))
 }
 
+/// The `(member, score)` pairs of a `WITHSCORES` reply: flat in RESP2, nested pairs in RESP3.
+pub(crate) fn scored_pairs(values: Vec<Value>) -> Vec<(Value, Value)> {
+    let mut pairs = Vec::with_capacity(values.len() / 2);
+    let mut values = values.into_iter();
+    while let Some(value) = values.next() {
+        match value {
+            Value::Array(pair) if pair.len() == 2 => {
+                let mut pair = pair.into_iter();
+                if let (Some(member), Some(score)) = (pair.next(), pair.next()) {
+                    pairs.push((member, score));
+                }
+            }
+            member => {
+                if let Some(score) = values.next() {
+                    pairs.push((member, score));
+                }
+            }
+        }
+    }
+    pairs
+}
+
 /// A task id read back from Redis (a member of `key`); an invalid one is a corrupt entry.
 pub(crate) fn task_id(key: &str, value: Value) -> StorageResult<TaskId> {
     let raw = bytes(value).unwrap_or_default();
@@ -104,6 +126,21 @@ mod tests {
         assert_eq!(number(&Value::Double(5.0)), Some(5));
         assert_eq!(number(&Value::BulkString(b"x".to_vec())), None);
         assert_eq!(number(&Value::Nil), None);
+    }
+
+    #[test]
+    fn scored_pairs_read_resp2_and_resp3_shapes() {
+        let member = |name: &str| Value::BulkString(name.as_bytes().to_vec());
+        let flat = vec![member("a"), member("1"), member("b"), member("2")];
+        let nested = vec![
+            Value::Array(vec![member("a"), Value::Double(1.0)]),
+            Value::Array(vec![member("b"), Value::Double(2.0)]),
+        ];
+        for values in [flat, nested] {
+            let pairs = scored_pairs(values);
+            let scores: Vec<_> = pairs.iter().map(|(_, score)| number(score)).collect();
+            assert_eq!(scores, [Some(1), Some(2)]);
+        }
     }
 
     #[test]
