@@ -69,15 +69,16 @@ async fn execute(
     // The handler runs as its own task: a panic ends that task only, and shows up here as a
     // JoinError; a timeout aborts it.
     let handle = tokio::spawn(async move { handler.handle(task).await }.in_current_span());
+    let renewal = tokio::spawn(renew_lease(runtime.clone(), token.clone()).in_current_span());
     let run = next_run_number(&runtime);
     runtime.running.lock().insert(
         run,
         RunningTask {
             token: token.clone(),
             abort: handle.abort_handle(),
+            renewal: renewal.abort_handle(),
         },
     );
-    let renewal = tokio::spawn(renew_lease(runtime.clone(), token.clone()).in_current_span());
     let timeout = queue.settings.timeout;
     let abort = handle.abort_handle();
     let outcome = match tokio::time::timeout(timeout, handle).await {

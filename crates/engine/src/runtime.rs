@@ -32,7 +32,10 @@ pub(crate) struct QueueRuntime {
 /// A handler execution that has not settled yet.
 pub(crate) struct RunningTask {
     pub(crate) token: LeaseToken,
+    /// Aborts the handler.
     pub(crate) abort: AbortHandle,
+    /// Aborts the lease renewal.
+    pub(crate) renewal: AbortHandle,
 }
 
 /// Everything a node's loops share.

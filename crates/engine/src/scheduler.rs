@@ -15,7 +15,7 @@ use tokio_util::task::TaskTracker;
 use crate::builder::SchedulerBuilder;
 use crate::config::Config;
 use crate::error::{EngineError, EngineResult};
-use crate::runtime::Runtime;
+use crate::runtime::{RunningTask, Runtime};
 use crate::task::{Scheduled, When};
 
 /// The handle an application embeds: schedule, cancel and inspect tasks, and (with handlers)
@@ -357,13 +357,26 @@ impl Scheduler {
         runtime.stop.cancel();
         for (_, running) in runtime.running.lock().drain() {
             running.abort.abort();
+            running.renewal.abort();
         }
         runtime.coordinator.crash();
     }
 
     async fn release_running(&self) {
         let runtime = &self.runtime;
-        let running: Vec<_> = runtime.running.lock().drain().map(|(_, r)| r).collect();
+        // A handler that finished meanwhile is left to settle (ack or fail) by its execution.
+        let running: Vec<RunningTask> = {
+            let mut running = runtime.running.lock();
+            let unfinished: Vec<u64> = running
+                .iter()
+                .filter(|(_, task)| !task.abort.is_finished())
+                .map(|(run, _)| *run)
+                .collect();
+            unfinished
+                .into_iter()
+                .filter_map(|run| running.remove(&run))
+                .collect()
+        };
         tracing::warn!(
             count = running.len(),
             "handlers still running after the shutdown grace; giving their tasks back"
@@ -372,6 +385,8 @@ impl Scheduler {
         let mut partitions = Vec::new();
         for task in running {
             task.abort.abort();
+            // A renewal landing after the release would push the lease out again.
+            task.renewal.abort();
             // Ending the lease now hands the task to whichever node requeues it next.
             if let Err(error) = runtime.store.renew(&task.token, now).await {
                 tracing::warn!(%error, id = %task.token.id, "could not give the task back; its lease will expire");
