@@ -24,6 +24,12 @@ use parking_lot::Mutex;
 pub trait LocalClock: Send + Sync + 'static {
     /// Now, in milliseconds since the Unix epoch, according to this machine.
     fn now_ms(&self) -> u64;
+
+    /// Now, in microseconds since the Unix epoch. Clock samples use it, so that the offset is
+    /// not off by a truncated millisecond; the default is `now_ms() * 1000`.
+    fn now_us(&self) -> u64 {
+        self.now_ms().saturating_mul(1_000)
+    }
 }
 
 /// The system clock.
@@ -32,9 +38,13 @@ pub struct SystemClock;
 
 impl LocalClock for SystemClock {
     fn now_ms(&self) -> u64 {
+        self.now_us() / 1_000
+    }
+
+    fn now_us(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|elapsed| elapsed.as_millis() as u64)
+            .map(|elapsed| elapsed.as_micros() as u64)
             .unwrap_or(0)
     }
 }
@@ -48,7 +58,13 @@ pub struct SkewedClock {
 
 impl LocalClock for SkewedClock {
     fn now_ms(&self) -> u64 {
-        SystemClock.now_ms().saturating_add_signed(self.skew_ms)
+        self.now_us() / 1_000
+    }
+
+    fn now_us(&self) -> u64 {
+        SystemClock
+            .now_us()
+            .saturating_add_signed(self.skew_ms.saturating_mul(1_000))
     }
 }
 
@@ -83,25 +99,26 @@ impl LocalClock for ManualClock {
     }
 }
 
-/// One measurement of the server's time against the local clock.
+/// One measurement of the server's time against the local clock, in microseconds (Redis
+/// `TIME` gives microseconds; millisecond stamps would put the offset off by up to 1 ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockSample {
-    /// Local time just before the request was sent.
-    pub local_before_ms: u64,
-    /// The server's time from its reply.
-    pub server_ms: u64,
-    /// Local time just after the reply arrived.
-    pub local_after_ms: u64,
+    /// Local time just before the request was sent, in µs.
+    pub local_before_us: u64,
+    /// The server's time from its reply, in µs.
+    pub server_us: u64,
+    /// Local time just after the reply arrived, in µs.
+    pub local_after_us: u64,
 }
 
 impl ClockSample {
-    fn round_trip_ms(&self) -> u64 {
-        self.local_after_ms.saturating_sub(self.local_before_ms)
+    fn round_trip_us(&self) -> u64 {
+        self.local_after_us.saturating_sub(self.local_before_us)
     }
 
-    fn offset_ms(&self) -> i64 {
-        let midpoint = self.local_before_ms as i64 + (self.round_trip_ms() as i64) / 2;
-        self.server_ms as i64 - midpoint
+    fn offset_us(&self) -> i64 {
+        let midpoint = self.local_before_us as i64 + (self.round_trip_us() as i64) / 2;
+        self.server_us as i64 - midpoint
     }
 }
 
@@ -111,14 +128,14 @@ const SAMPLE_WINDOW: usize = 16;
 /// The cluster clock shared by every part of a node. Cheap to read from any thread.
 pub struct ClusterClock {
     local: Arc<dyn LocalClock>,
-    offset_ms: AtomicI64,
+    offset_us: AtomicI64,
     samples: Mutex<VecDeque<ClockSample>>,
 }
 
 impl std::fmt::Debug for ClusterClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterClock")
-            .field("offset_ms", &self.offset_ms())
+            .field("offset_us", &self.offset_us.load(Ordering::Relaxed))
             .finish()
     }
 }
@@ -128,7 +145,7 @@ impl ClusterClock {
     pub fn new(local: Arc<dyn LocalClock>) -> Self {
         ClusterClock {
             local,
-            offset_ms: AtomicI64::new(0),
+            offset_us: AtomicI64::new(0),
             samples: Mutex::new(VecDeque::with_capacity(SAMPLE_WINDOW)),
         }
     }
@@ -143,16 +160,26 @@ impl ClusterClock {
         self.local.now_ms()
     }
 
-    /// Now on the cluster clock, in milliseconds since the epoch.
-    pub fn now_ms(&self) -> u64 {
-        self.local
-            .now_ms()
-            .saturating_add_signed(self.offset_ms.load(Ordering::Relaxed))
+    /// Local time, in microseconds, from the underlying local clock.
+    pub fn local_now_us(&self) -> u64 {
+        self.local.now_us()
     }
 
-    /// The current estimate of `cluster - local`, in milliseconds.
+    /// Now on the cluster clock, in milliseconds since the epoch (rounded down).
+    pub fn now_ms(&self) -> u64 {
+        self.now_us() / 1_000
+    }
+
+    /// Now on the cluster clock, in microseconds since the epoch.
+    pub fn now_us(&self) -> u64 {
+        self.local
+            .now_us()
+            .saturating_add_signed(self.offset_us.load(Ordering::Relaxed))
+    }
+
+    /// The current estimate of `cluster - local`, in milliseconds (rounded toward zero).
     pub fn offset_ms(&self) -> i64 {
-        self.offset_ms.load(Ordering::Relaxed)
+        self.offset_us.load(Ordering::Relaxed) / 1_000
     }
 
     /// Whether at least one sample has been recorded (before that, cluster time is local time).
@@ -163,13 +190,13 @@ impl ClusterClock {
     /// Adds a sample and re-estimates the offset from the window's smallest round trip.
     /// A sample whose local clock ran backwards during the round trip is ignored.
     pub fn record(&self, sample: ClockSample) {
-        if sample.local_after_ms < sample.local_before_ms {
+        if sample.local_after_us < sample.local_before_us {
             return;
         }
         let mut samples = self.samples.lock();
         if let Some(best) = best_of(&samples) {
-            let tolerance = (best.round_trip_ms() + sample.round_trip_ms()) / 2 + STEP_TOLERANCE_MS;
-            if best.offset_ms().abs_diff(sample.offset_ms()) > tolerance {
+            let tolerance = (best.round_trip_us() + sample.round_trip_us()) / 2 + STEP_TOLERANCE_US;
+            if best.offset_us().abs_diff(sample.offset_us()) > tolerance {
                 // A clock was stepped: the old samples describe a clock that no longer exists.
                 samples.clear();
             }
@@ -179,17 +206,17 @@ impl ClusterClock {
         }
         samples.push_back(sample);
         if let Some(best) = best_of(&samples) {
-            self.offset_ms.store(best.offset_ms(), Ordering::Relaxed);
+            self.offset_us.store(best.offset_us(), Ordering::Relaxed);
         }
     }
 }
 
-/// Rounding of millisecond timestamps allowed when comparing two samples.
-const STEP_TOLERANCE_MS: u64 = 2;
+/// Slack allowed when comparing two samples (scheduling noise, clocks of ms resolution).
+const STEP_TOLERANCE_US: u64 = 2_000;
 
 /// The sample with the smallest round trip; the newest among equals.
 fn best_of(samples: &VecDeque<ClockSample>) -> Option<&ClockSample> {
-    samples.iter().rev().min_by_key(|s| s.round_trip_ms())
+    samples.iter().rev().min_by_key(|s| s.round_trip_us())
 }
 
 #[cfg(test)]
@@ -201,27 +228,33 @@ mod tests {
         let local = Arc::new(ManualClock::new(1_000));
         let clock = ClusterClock::new(local.clone());
         // Server is 5 s ahead; a slow sample with an asymmetric delay would say 5,040.
-        clock.record(ClockSample {
-            local_before_ms: 1_000,
-            server_ms: 6_080,
-            local_after_ms: 1_100,
-        });
-        clock.record(ClockSample {
-            local_before_ms: 2_000,
-            server_ms: 7_001,
-            local_after_ms: 2_002,
-        });
+        clock.record(sample(1_000, 6_080, 1_100));
+        clock.record(sample(2_000, 7_001, 2_002));
         assert_eq!(clock.offset_ms(), 5_000);
         assert_eq!(clock.now_ms(), 6_000);
         assert!(clock.is_synchronized());
     }
 
+    /// A sample from millisecond stamps.
     fn sample(local_before_ms: u64, server_ms: u64, local_after_ms: u64) -> ClockSample {
         ClockSample {
-            local_before_ms,
-            server_ms,
-            local_after_ms,
+            local_before_us: local_before_ms * 1_000,
+            server_us: server_ms * 1_000,
+            local_after_us: local_after_ms * 1_000,
         }
+    }
+
+    #[test]
+    fn microsecond_samples_do_not_round_the_offset_up() {
+        let clock = ClusterClock::new(Arc::new(ManualClock::new(0)));
+        // Server and local agree; the reply was stamped just after a millisecond boundary.
+        clock.record(ClockSample {
+            local_before_us: 1_000_900,
+            server_us: 1_001_000,
+            local_after_us: 1_001_100,
+        });
+        assert_eq!(clock.offset_ms(), 0);
+        assert_eq!(clock.now_us(), 0);
     }
 
     #[test]

@@ -249,10 +249,11 @@ pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
                 }
                 continue;
             }
-            // Wake at the start of the due millisecond, not up to 1 ms after it: the cluster
-            // clock is the local one shifted by whole milliseconds, so the local clock's
-            // fraction of a millisecond is the cluster's too.
-            Some(due) => Duration::from_micros((due - now) * 1_000 - elapsed_in_millisecond()),
+            // Wake at the start of the due millisecond on the cluster clock, not up to 1 ms
+            // after it.
+            Some(due) => {
+                Duration::from_micros((due * 1_000).saturating_sub(runtime.clock.now_us()).max(1))
+            }
             None => MAX_TIMER_SLEEP,
         };
         // A jump of the cluster clock (a new offset sample) is noticed within this.
@@ -268,14 +269,6 @@ pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
 
 /// The longest the timer sleeps before it looks at the clock again.
 const MAX_TIMER_SLEEP: Duration = Duration::from_millis(250);
-
-/// Microseconds elapsed since the start of the current millisecond of the system clock.
-fn elapsed_in_millisecond() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|since| u64::from(since.subsec_micros() % 1_000))
-        .unwrap_or(0)
-}
 
 /// Feeds wake-ups from other nodes into the timer.
 pub(crate) async fn run_wakeups(

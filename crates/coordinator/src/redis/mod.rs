@@ -235,18 +235,18 @@ impl RedisCoordinator {
 /// One `TIME` round trip into the clock.
 async fn sample_clock(shared: &Shared) -> CoordinatorResult<()> {
     let mut connection = shared.connection.clone();
-    let local_before_ms = shared.clock.local_now_ms();
+    let local_before_us = shared.clock.local_now_us();
     let (seconds, micros): (u64, u64) = shared
         .bounded(
             "read the server time",
             redis::cmd("TIME").query_async(&mut connection),
         )
         .await?;
-    let local_after_ms = shared.clock.local_now_ms();
+    let local_after_us = shared.clock.local_now_us();
     shared.clock.record(ClockSample {
-        local_before_ms,
-        server_ms: seconds.saturating_mul(1000) + micros / 1000,
-        local_after_ms,
+        local_before_us,
+        server_us: seconds.saturating_mul(1_000_000) + micros,
+        local_after_us,
     });
     Ok(())
 }

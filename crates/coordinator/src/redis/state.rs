@@ -137,16 +137,16 @@ impl Shared {
     ) -> CoordinatorResult<ScriptReply> {
         let read = self.next_read.fetch_add(1, Ordering::SeqCst) + 1;
         let mut connection = self.connection.clone();
-        let local_before_ms = self.clock.local_now_ms();
+        let local_before_us = self.clock.local_now_us();
         let raw: RawReply = self
             .bounded(operation, invocation.invoke_async(&mut connection))
             .await?;
-        let local_after_ms = self.clock.local_now_ms();
+        let local_after_us = self.clock.local_now_us();
         let reply = ScriptReply::from_raw(raw);
         self.clock.record(ClockSample {
-            local_before_ms,
-            server_ms: reply.server_ms,
-            local_after_ms,
+            local_before_us,
+            server_us: reply.server_us,
+            local_after_us,
         });
         self.apply(read, &reply);
         Ok(reply)

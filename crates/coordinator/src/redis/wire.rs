@@ -82,8 +82,8 @@ pub(crate) fn decode_registry(pairs: &[(String, String)]) -> CoordinatorResult<V
 /// The reply every membership script gives (see `lua/prelude.lua`).
 #[derive(Debug, Clone)]
 pub(crate) struct ScriptReply {
-    /// Redis `TIME`, in milliseconds.
-    pub(crate) server_ms: u64,
+    /// Redis `TIME`, in microseconds.
+    pub(crate) server_us: u64,
     pub(crate) epoch: u64,
     /// This node was not registered and the script added it.
     pub(crate) added: bool,
@@ -105,7 +105,7 @@ impl ScriptReply {
             registry.push((id, json));
         }
         ScriptReply {
-            server_ms: seconds.saturating_mul(1000) + micros / 1000,
+            server_us: seconds.saturating_mul(1_000_000) + micros,
             epoch,
             added: added == 1,
             removed,
@@ -220,7 +220,7 @@ mod tests {
                 entry("a"),
             ],
         ));
-        assert_eq!(reply.server_ms, 1_700_000_000_250);
+        assert_eq!(reply.server_us / 1_000, 1_700_000_000_250);
         let mut corrupt = Vec::new();
         let membership = reply.membership(|error| corrupt.push(error));
         assert_eq!(membership.epoch, 7);
