@@ -266,7 +266,14 @@ impl Scheduler {
         }
         Ok(results
             .into_iter()
-            .map(|result| result.unwrap_or(Err(EngineError::ShutDown)))
+            .map(|result| {
+                // Only if the store returned fewer outcomes than items: its fate is unknown,
+                // and scheduling it again is safe (upsert).
+                result.unwrap_or(Err(EngineError::Storage(StorageError::Backend {
+                    operation: "schedule_many",
+                    message: "the store returned no outcome for this item".to_owned(),
+                })))
+            })
             .collect())
     }
 
@@ -321,6 +328,10 @@ impl Scheduler {
     /// handlers up to `shutdown_grace` (they settle through their lease tokens, which need no
     /// membership), then give the tasks still running back (their leases end now, so the new
     /// owners take them).
+    ///
+    /// Call it once; a second call while the first drains returns at once. A `Scheduler`
+    /// dropped without `shutdown` keeps its node running in the background until the tokio
+    /// runtime ends (then the others notice its heartbeat expire and take over).
     pub async fn shutdown(&self) -> EngineResult<()> {
         let runtime = &self.runtime;
         if runtime.stop.is_cancelled() {
