@@ -256,6 +256,10 @@ struct Probe {
     precision: Mutex<Histogram<u64>>,
     precision_deliveries: AtomicU64,
     precision_early: AtomicU64,
+    /// Lateness of the tasks due after the scheduling ended (no load competing with firing).
+    precision_quiet: Mutex<Histogram<u64>>,
+    /// When the scheduling ended (cluster ms; `u64::MAX` until then).
+    precision_quiet_from_ms: AtomicU64,
     burst: Mutex<Histogram<u64>>,
     burst_deliveries: AtomicU64,
     burst_first_ms: AtomicU64,
@@ -272,6 +276,8 @@ impl Default for Probe {
             precision: Mutex::new(histogram()),
             precision_deliveries: AtomicU64::new(0),
             precision_early: AtomicU64::new(0),
+            precision_quiet: Mutex::new(histogram()),
+            precision_quiet_from_ms: AtomicU64::new(u64::MAX),
             burst: Mutex::new(histogram()),
             burst_deliveries: AtomicU64::new(0),
             burst_first_ms: AtomicU64::new(u64::MAX),
@@ -305,7 +311,11 @@ fn precision_handler(
         if task.fired_ms < task.due_ms {
             probe.precision_early.fetch_add(1, Ordering::Relaxed);
         }
-        lock(&probe.precision).saturating_record(task.fired_ms.saturating_sub(task.due_ms));
+        let lateness = task.fired_ms.saturating_sub(task.due_ms);
+        lock(&probe.precision).saturating_record(lateness);
+        if task.due_ms >= probe.precision_quiet_from_ms.load(Ordering::Relaxed) {
+            lock(&probe.precision_quiet).saturating_record(lateness);
+        }
         probe.precision_deliveries.fetch_add(1, Ordering::Relaxed);
         std::future::ready(Ok(()))
     }
@@ -334,6 +344,7 @@ fn burst_handler(
 /// Lateness quantiles in milliseconds.
 #[derive(Serialize)]
 struct Quantiles {
+    count: u64,
     p50: u64,
     p90: u64,
     p99: u64,
@@ -345,6 +356,7 @@ struct Quantiles {
 impl Quantiles {
     fn of(histogram: &Histogram<u64>) -> Self {
         Quantiles {
+            count: histogram.len(),
             p50: histogram.value_at_quantile(0.5),
             p90: histogram.value_at_quantile(0.9),
             p99: histogram.value_at_quantile(0.99),
@@ -365,6 +377,8 @@ struct PrecisionReport {
     deliveries: u64,
     early: u64,
     lateness_ms: Quantiles,
+    /// The same for the tasks due after the scheduling ended.
+    lateness_after_scheduling_ms: Quantiles,
     pass_p50: bool,
     pass_p99: bool,
 }
@@ -415,6 +429,9 @@ async fn precision(
         result?;
     }
     let schedule_secs = started.elapsed().as_secs_f64();
+    probe
+        .precision_quiet_from_ms
+        .store(nodes[0].now_ms(), Ordering::Relaxed);
     bar.finish_and_clear();
     let bar = progress(args.tasks, "precision: firing");
     let deadline = started + args.spread + Duration::from_secs(30);
@@ -438,6 +455,7 @@ async fn precision(
         pass_p50: deliveries >= args.tasks && lateness.p50 <= TARGET_P50_MS,
         pass_p99: deliveries >= args.tasks && lateness.p99 <= TARGET_P99_MS,
         lateness_ms: lateness,
+        lateness_after_scheduling_ms: Quantiles::of(&lock(&probe.precision_quiet)),
     })
 }
 
@@ -684,8 +702,13 @@ impl Report {
                 "  lateness  p50 {} ms  p90 {} ms  p99 {} ms  p99.9 {} ms  max {} ms  mean {} ms  ({} deliveries, {} early)",
                 l.p50, l.p90, l.p99, l.p99_9, l.max, l.mean, p.deliveries, p.early
             );
+            let q = &p.lateness_after_scheduling_ms;
             println!(
-                "  target    p50 <= {TARGET_P50_MS} ms: {}   p99 <= {TARGET_P99_MS} ms: {}",
+                "  quiet     p50 {} ms  p90 {} ms  p99 {} ms  p99.9 {} ms  max {} ms  (the {} tasks due after the scheduling ended)",
+                q.p50, q.p90, q.p99, q.p99_9, q.max, q.count
+            );
+            println!(
+                "  target    p50 <= {TARGET_P50_MS} ms: {}   p99 <= {TARGET_P99_MS} ms: {}   (all tasks)",
                 verdict(p.pass_p50),
                 verdict(p.pass_p99)
             );
