@@ -110,12 +110,16 @@ pub struct BenchArgs {
 /// Runs the selected scenarios and prints the report.
 pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result<(), BoxError> {
     if args.min_delay >= args.spread {
-        return Err(format!(
-            "--min-delay ({}) must be shorter than --spread ({})",
-            humantime::format_duration(args.min_delay),
-            humantime::format_duration(args.spread)
+        // A usage error: clap prints it and exits with code 2, like any other bad flag.
+        clap::Error::raw(
+            clap::error::ErrorKind::ValueValidation,
+            format!(
+                "--min-delay ({}) must be shorter than --spread ({})\n",
+                humantime::format_duration(args.min_delay),
+                humantime::format_duration(args.spread)
+            ),
         )
-        .into());
+        .exit();
     }
     let rss_at_start = rss_mib();
     let config = bench_config(&args, config)?;
