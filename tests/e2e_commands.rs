@@ -97,6 +97,11 @@ fn usage_errors_exit_2_with_one_line_naming_the_value() {
         2,
         &["--url", "--handler http"],
     );
+    assert_fails(
+        &run_bare(&["demo", "--redis", "notaurl://x"]),
+        2,
+        &["redis.url", "notaurl://x"],
+    );
 }
 
 #[test]

@@ -68,6 +68,8 @@ pub async fn run(args: DemoArgs, json: bool) -> Result<(), BoxError> {
     let prefix = unique_prefix("delayq-demo");
     let backend = MemoryBackend::new();
     let record = Arc::new(Record::default());
+    // A bad --redis URL is a usage error (exit 2), reported before any node starts.
+    demo_config(&node_name(0), args.redis.as_deref(), &prefix).validate()?;
     let mut nodes = Vec::new();
     for index in 0..args.nodes {
         let name = node_name(index);

@@ -55,7 +55,20 @@ impl CliError {
 
     /// A runtime error from the boxed errors `demo` and `bench` return.
     pub fn from_boxed(error: Box<dyn std::error::Error + Send + Sync>) -> Self {
-        CliError::Runtime(error.to_string())
+        // Engine, config and storage errors keep their usage/runtime distinction (a bad
+        // `--redis` URL of the demo is a usage error, exit 2).
+        let error = match error.downcast::<EngineError>() {
+            Ok(engine) => return (*engine).into(),
+            Err(other) => other,
+        };
+        let error = match error.downcast::<StorageError>() {
+            Ok(storage) => return (*storage).into(),
+            Err(other) => other,
+        };
+        match error.downcast::<delayq::config::ConfigError>() {
+            Ok(config) => CliError::Usage(config.to_string()),
+            Err(other) => CliError::Runtime(other.to_string()),
+        }
     }
 }
 
