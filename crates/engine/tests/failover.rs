@@ -68,23 +68,35 @@ async fn wait_for_ownership(nodes: &[Scheduler], members: usize) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_killed_node_loses_nothing_and_only_its_inflight_tasks_repeat() {
-    let backend = TestBackend::redis();
+/// Starts `count` nodes whose handler records and works for `work`, and waits until they
+/// share the partitions.
+async fn start_slow_nodes(
+    backend: &TestBackend,
+    recorder: &SlowRecorder,
+    work: Duration,
+    count: usize,
+) -> Vec<Scheduler> {
     let config = fast_config();
-    let recorder = SlowRecorder::default();
     let mut nodes = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..count {
         nodes.push(
             backend
                 .builder(&config)
-                .handler("orders", recorder.handler(Duration::from_millis(300)))
+                .handler("orders", recorder.handler(work))
                 .start()
                 .await
                 .expect("node starts"),
         );
     }
-    wait_for_ownership(&nodes, 3).await;
+    wait_for_ownership(&nodes, count).await;
+    nodes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_node_loses_nothing_and_only_its_inflight_tasks_repeat() {
+    let backend = TestBackend::redis();
+    let recorder = SlowRecorder::default();
+    let nodes = start_slow_nodes(&backend, &recorder, Duration::from_millis(300), 3).await;
     let total = 900;
     schedule_spread(&nodes[1], total, 300, 3_000, 11).await;
     // Kill node 0 once it is busy.
@@ -154,21 +166,9 @@ async fn a_killed_node_loses_nothing_and_only_its_inflight_tasks_repeat() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_graceful_leave_moves_partitions_at_once_and_loses_nothing() {
     let backend = TestBackend::redis();
-    let config = fast_config();
     let recorder = SlowRecorder::default();
-    let mut nodes = Vec::new();
-    for _ in 0..3 {
-        nodes.push(
-            backend
-                .builder(&config)
-                // Handlers run for a while, so the leaving node is busy when it leaves.
-                .handler("orders", recorder.handler(Duration::from_millis(700)))
-                .start()
-                .await
-                .expect("node starts"),
-        );
-    }
-    wait_for_ownership(&nodes, 3).await;
+    // Handlers run for a while, so the leaving node is busy when it leaves.
+    let nodes = start_slow_nodes(&backend, &recorder, Duration::from_millis(700), 3).await;
     let total = 600;
     schedule_spread(&nodes[1], total, 200, 3_000, 12).await;
     let leaving = nodes[0].clone();
