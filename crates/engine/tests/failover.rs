@@ -10,7 +10,7 @@ use delayq_engine::{Scheduler, Task, When};
 use delayq_storage::{RedisStore, RedisStoreOptions, StoreOptions, TaskStore};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
-use support::{fast_config, wait_until, Recorder, RecordingStore, TestBackend};
+use support::{fast_config, wait_for_ownership, wait_until, Recorder, RecordingStore, TestBackend};
 
 /// A handler that records the start and (after `work`) the completion of each run.
 #[derive(Clone, Default)]
@@ -54,18 +54,6 @@ async fn schedule_spread(node: &Scheduler, count: usize, from_ms: u64, to_ms: u6
         .await
         .expect("scheduled");
     }
-}
-
-async fn wait_for_ownership(nodes: &[Scheduler], members: usize) {
-    wait_until(Duration::from_secs(10), "partitions are spread", || {
-        nodes[0].membership().members.len() == members
-            && nodes
-                .iter()
-                .map(|n| n.owned_partitions().len())
-                .sum::<usize>()
-                == 16
-    })
-    .await;
 }
 
 /// Starts `count` nodes whose handler records and works for `work`, and waits until they

@@ -11,7 +11,7 @@ use delayq_coordinator::{LocalClock, SkewedClock, SystemClock};
 use delayq_engine::config::Config;
 use delayq_engine::{ScheduleRequest, Scheduler, Task, When};
 use rand::{Rng, SeedableRng};
-use support::{fast_config, wait_until, Recorder, TestBackend};
+use support::{fast_config, wait_for_ownership, wait_until, Recorder, TestBackend};
 
 async fn start_nodes(
     backend: &TestBackend,
@@ -29,20 +29,7 @@ async fn start_nodes(
             .expect("node starts");
         nodes.push(node);
     }
-    let probe = nodes[0].clone();
-    wait_until(
-        Duration::from_secs(10),
-        "every node owns its partitions",
-        || {
-            probe.membership().members.len() == count
-                && nodes
-                    .iter()
-                    .map(|n| n.owned_partitions().len())
-                    .sum::<usize>()
-                    == 16
-        },
-    )
-    .await;
+    wait_for_ownership(&nodes, count).await;
     nodes
 }
 
@@ -247,12 +234,7 @@ async fn a_node_whose_clock_is_5s_off_fires_on_time() {
             .expect("skewed node starts");
         nodes.push(node);
     }
-    let probe = nodes[0].clone();
-    wait_until(Duration::from_secs(10), "both nodes own partitions", || {
-        probe.membership().members.len() == 2
-            && probe.owned_partitions().len() + nodes[1].owned_partitions().len() == 16
-    })
-    .await;
+    wait_for_ownership(&nodes, 2).await;
     // Both skewed nodes read the cluster clock, not their own.
     let truth = SystemClock.now_ms() as i64;
     for node in &nodes {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use delayq_engine::config::{BackoffConfig, Config, QueueConfig};
-use delayq_engine::{MemoryBackend, SchedulerBuilder, Task};
+use delayq_engine::{MemoryBackend, Scheduler, SchedulerBuilder, Task};
 use delayq_storage::{
     AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, ItemResult, LeaseToken, NewTask,
     Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StorageResult, TaskId,
@@ -179,6 +179,20 @@ pub async fn wait_until(within: Duration, what: &str, mut condition: impl FnMut(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Waits until `members` nodes are members and `nodes` own all 16 partitions of the test
+/// queue between them.
+pub async fn wait_for_ownership(nodes: &[Scheduler], members: usize) {
+    wait_until(Duration::from_secs(10), "partitions are spread", || {
+        nodes[0].membership().members.len() == members
+            && nodes
+                .iter()
+                .map(|n| n.owned_partitions().len())
+                .sum::<usize>()
+                == 16
+    })
+    .await;
 }
 
 /// A store that records every claim it hands out, keyed by `(queue, id, generation)`.
