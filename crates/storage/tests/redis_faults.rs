@@ -199,10 +199,13 @@ async fn redis_killed_mid_run_gives_typed_errors_then_works_again_after_restart(
         ScheduleOutcome::Created,
         "no AOF: the server came back empty"
     );
-    let claimed = store
-        .claim_due(&p, T0, 10, T0 + 1_000, "node")
-        .await
-        .expect("claim after restart (scripts loaded again)");
+    // The firing path has its own connection, which reconnects on its own schedule.
+    let claimed = eventually(
+        Duration::from_secs(15),
+        "claim after restart (scripts loaded again)",
+        || store.claim_due(&p, T0, 10, T0 + 1_000, "node"),
+    )
+    .await;
     assert_eq!(claimed.tasks.len(), 1);
     assert_eq!(
         store.ack(&claimed.tasks[0].token).await.expect("ack"),

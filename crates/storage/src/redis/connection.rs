@@ -21,8 +21,10 @@ const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::
 
 /// The Redis task store: partitions as sorted sets and a hash, changed by Lua scripts.
 ///
-/// Cloning is cheap: clones share one multiplexed connection (a redis-rs
-/// `ConnectionManager`, which reconnects in the background after the connection drops).
+/// Cloning is cheap: clones share two multiplexed connections (redis-rs `ConnectionManager`s,
+/// which reconnect in the background after a connection drops): one for the firing path
+/// (claims, acks, renewals, reads) and one for producers' writes (`schedule`,
+/// `schedule_many`), so a bulk load never queues a claim behind its pipelines.
 ///
 /// Layout (DESIGN.md): per partition `<prefix>:{<queue>:<p>}:due|tasks|inflight|done|dead`,
 /// plus the queue registry `<prefix>:queues`. The record in `tasks` is a versioned text header
@@ -34,7 +36,10 @@ const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::
 /// connection their fate is unknown, and the error says so).
 #[derive(Clone)]
 pub struct RedisStore {
+    /// The firing path: claims, acks, renewals, reads, maintenance.
     pub(crate) connection: ConnectionManager,
+    /// Producers' writes: single and bulk schedules.
+    pub(crate) producer: ConnectionManager,
     /// Concurrent acks of one partition, sent together.
     pub(crate) acks: Batcher<Partition, LeaseToken, AckOutcome>,
     /// Concurrent single schedules of one partition and mode (`true`: if-absent), sent
@@ -119,6 +124,12 @@ impl RedisStore {
             .set_number_of_retries(6);
         let connection = within(
             connect_timeout,
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()),
+        )
+        .await
+        .map_err(failed)?;
+        let producer = within(
+            connect_timeout,
             ConnectionManager::new_with_config(client, manager_config),
         )
         .await
@@ -126,6 +137,7 @@ impl RedisStore {
         tracing::debug!(url = %shown_url, prefix = %options.key_prefix, "connected to Redis");
         Ok(RedisStore {
             connection,
+            producer,
             acks: Batcher::default(),
             schedules: Batcher::default(),
             prefix: Arc::from(options.key_prefix),
@@ -144,6 +156,15 @@ impl RedisStore {
     /// the operation deadline. Never retried otherwise: scripts change state.
     pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Value> {
         let mut connection = self.connection.clone();
+        within(self.deadline, invocation.invoke_async(&mut connection)).await
+    }
+
+    /// Runs a producer's script (schedule) on the producers' connection.
+    pub(crate) async fn invoke_for_producer(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> RedisResult<Value> {
+        let mut connection = self.producer.clone();
         within(self.deadline, invocation.invoke_async(&mut connection)).await
     }
 

@@ -100,7 +100,7 @@ impl RedisStore {
                 .arg(task.due_ms)
                 .arg(task.payload.as_ref());
         }
-        let outcomes = match self.invoke(&invocation).await {
+        let outcomes = match self.invoke_for_producer(&invocation).await {
             Ok(reply) => parse_outcomes(
                 OPERATION,
                 &keys.tasks,
@@ -202,7 +202,7 @@ impl RedisStore {
                 let (keys, members) = &groups[group];
                 commands.add_command(schedule_command(keys, items, members, mode, self));
             }
-            let mut connection = self.connection.clone();
+            let mut connection = self.producer.clone();
             let replies: Vec<Value> =
                 match within(self.deadline, commands.query_async(&mut connection)).await {
                     Ok(replies) => replies,
@@ -253,7 +253,7 @@ impl RedisStore {
                     "Redis lost its scripts (restart or SCRIPT FLUSH); loading them again"
                 );
                 reloaded = true;
-                let mut connection = self.connection.clone();
+                let mut connection = self.producer.clone();
                 if let Err(error) =
                     within(self.deadline, SCRIPTS.schedule.load_async(&mut connection)).await
                 {
