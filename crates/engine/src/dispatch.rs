@@ -209,10 +209,7 @@ async fn settle_failure(
                 retry_at_ms = due_ms,
                 "handler failed; will retry"
             );
-            let partition = &claimed.token.partition;
-            if runtime.owns(partition) {
-                runtime.timer.insert(due_ms, partition.clone());
-            }
+            runtime.arm_if_owned(&claimed.token.partition, due_ms);
         }
         Some(FailOutcome::DeadLettered) => {
             tracing::error!(

@@ -107,11 +107,17 @@ impl Runtime {
             }
             self.rebalance().await;
         }
+        self.arm_if_owned(partition, due_ms)
+    }
+
+    /// Puts `(due_ms, partition)` into the timer if this node owns the partition and the due
+    /// time is within the prefetch window; returns whether it owns the partition. Beyond the
+    /// window a pull arms it in time, and holding it now only fills the timer (a million
+    /// tasks scheduled an hour ahead must not cost a million entries).
+    pub(crate) fn arm_if_owned(&self, partition: &Partition, due_ms: u64) -> bool {
         if !self.owns(partition) {
             return false;
         }
-        // Beyond the prefetch window a pull arms it in time; holding it now only fills the
-        // timer (a million tasks scheduled an hour ahead must not cost a million entries).
         let horizon = self
             .clock
             .now_ms()
