@@ -318,6 +318,8 @@ fn demo_config(name: &str, redis: Option<&str>, prefix: &str) -> Config {
     config.engine.pull_period = Duration::from_millis(200);
     config.engine.prefetch_window = Duration::from_secs(2);
     config.engine.lease = Duration::from_secs(2);
+    // The lease must exceed three response timeouts (config rule).
+    config.redis.response_timeout = Duration::from_millis(600);
     config.engine.shutdown_grace = Duration::from_secs(2);
     config.queues.insert(
         QUEUE.to_owned(),

@@ -63,7 +63,7 @@ impl Env {
         let config = dir.path().join("cluster.yaml");
         let prefix = format!("e2e{}", std::process::id());
         let yaml = format!(
-            "redis:\n  url: {}\n  key_prefix: {prefix}\n{BASE_CONFIG}{queues_yaml}",
+            "redis:\n  url: {}\n  key_prefix: {prefix}\n  response_timeout: 600ms\n{BASE_CONFIG}{queues_yaml}",
             redis.url()
         );
         std::fs::write(&config, yaml).expect("write cluster.yaml");

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use dashmap::DashMap;
 use delayq_coordinator::{
@@ -171,7 +170,7 @@ impl SchedulerBuilder {
                             url: config.redis.url.clone(),
                             key_prefix: config.redis.key_prefix.clone(),
                             store: store_options,
-                            response_timeout: Duration::from_secs(2),
+                            response_timeout: config.redis.response_timeout,
                             connect_timeout: config.node.start_timeout,
                         })
                         .await?,

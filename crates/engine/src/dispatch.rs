@@ -2,7 +2,6 @@
 //! renewed while it runs, then ack, retry with backoff, or dead-letter.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use delayq_storage::{ClaimedTask, FailAction, FailOutcome, LeaseToken, StorageError};
 use rand::Rng;
@@ -122,7 +121,7 @@ fn panic_message(join: tokio::task::JoinError) -> String {
 /// Extends the lease every third of its length while the handler runs.
 async fn renew_lease(runtime: Arc<Runtime>, token: LeaseToken) {
     let lease = runtime.config.engine.lease;
-    let every = (lease / 3).max(Duration::from_millis(10));
+    let every = runtime.config.engine.lease_renewal_period();
     loop {
         tokio::time::sleep(every).await;
         let deadline = runtime.clock.now_ms() + lease.as_millis() as u64;

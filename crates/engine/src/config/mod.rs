@@ -62,7 +62,10 @@ pub use error::ConfigError;
 pub use types::{
     default_node_name, BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig,
 };
-pub use validate::{MAX_CLAIM_BATCH, MAX_NODE_NAME_CHARS, MAX_PARTITIONS, MAX_PAYLOAD_LIMIT};
+pub use validate::{
+    LEASE_RESPONSE_TIMEOUTS, MAX_CLAIM_BATCH, MAX_CONCURRENCY, MAX_NODE_NAME_CHARS, MAX_PARTITIONS,
+    MAX_PAYLOAD_LIMIT,
+};
 pub use values::MAX_DURATION;
 
 /// The file [`Config::load_or_default`] reads when no path is given, relative to the current

@@ -13,7 +13,7 @@ use super::yaml::{self, Key, Node, Value};
 /// The top-level sections.
 pub(crate) const TOP_KEYS: &[&str] = &["redis", "node", "engine", "queue_defaults", "queues"];
 /// The keys of `redis:`.
-pub(crate) const REDIS_KEYS: &[&str] = &["url", "key_prefix"];
+pub(crate) const REDIS_KEYS: &[&str] = &["url", "key_prefix", "response_timeout"];
 /// The keys of `node:`.
 pub(crate) const NODE_KEYS: &[&str] =
     &["name", "heartbeat_period", "heartbeat_ttl", "start_timeout"];
@@ -186,6 +186,7 @@ impl Walk<'_> {
             match key.name.as_str() {
                 "url" => redis.url = string(&path, value)?,
                 "key_prefix" => redis.key_prefix = string(&path, value)?,
+                "response_timeout" => redis.response_timeout = duration(&path, value)?,
                 _ => return Err(self.unknown(path, key)),
             }
         }

@@ -39,6 +39,9 @@ pub struct RedisConfig {
 }
 
 impl Default for RedisConfig {
+    /// How long one Redis command may take before it counts as failed (and, for reads, is
+    /// retried). `engine.lease` must exceed three times this. Default 2 s.
+    pub response_timeout: Duration,
     fn default() -> Self {
         RedisConfig {
             url: "redis://127.0.0.1:6379/0".to_owned(),
@@ -46,6 +49,7 @@ impl Default for RedisConfig {
         }
     }
 }
+            response_timeout: Duration::from_secs(2),
 
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -55,6 +59,7 @@ impl fmt::Debug for RedisConfig {
             .finish()
     }
 }
+            .field("response_timeout", &self.response_timeout)
 
 /// The `node:` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +103,9 @@ pub struct EngineConfig {
     /// Most tasks claimed from one partition by one script call. Default 256.
     pub claim_batch: usize,
     /// In-flight lease: a claimed task whose lease runs out (its node died) is delivered
-    /// again. Renewed while the handler runs. Default 30 s.
+    /// again. Renewed every third of its length while the handler runs, so it must exceed
+    /// three times `redis.response_timeout` (see [`EngineConfig::lease_renewal_period`]).
+    /// Default 30 s.
     pub lease: Duration,
     /// On graceful shutdown, how long running handlers may finish before their tasks are
     /// released for another node. Default 10 s.
@@ -113,6 +120,15 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
+impl EngineConfig {
+    /// How often a running handler's lease is renewed: a third of `lease` (at least 10 ms).
+    /// Two renewals fit in one lease, so a renewal that fails (times out after
+    /// `redis.response_timeout`) still leaves one more try before the lease runs out.
+    pub fn lease_renewal_period(&self) -> Duration {
+        (self.lease / 3).max(Duration::from_millis(10))
+    }
+}
+
             pull_period: Duration::from_secs(1),
             prefetch_window: Duration::from_secs(5),
             max_prefetched: 100_000,
@@ -131,7 +147,8 @@ pub struct QueueConfig {
     /// Number of partitions the queue's tasks are spread over (1..=65536). Must be the same
     /// on every node and must not change while the queue holds tasks. Default 64.
     pub partitions: u32,
-    /// Most handlers of this queue running at once on one node. Default 64.
+    /// Most handlers of this queue running at once on one node (1..=10 000, see
+    /// [`MAX_CONCURRENCY`](super::MAX_CONCURRENCY)). Default 64.
     pub concurrency: usize,
     /// Deliveries before a failing task is dead-lettered (1 = no retry). Default 5.
     pub max_attempts: u32,

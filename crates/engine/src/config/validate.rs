@@ -15,6 +15,18 @@ pub const MAX_PARTITIONS: u32 = 65_536;
 pub const MAX_CLAIM_BATCH: usize = 10_000;
 /// Largest `max_payload`: Redis strings cannot exceed 512 MiB.
 pub const MAX_PAYLOAD_LIMIT: usize = 512 << 20;
+/// Most handlers of one queue running at once on one node.
+///
+/// Far above what one node usefully runs at once, and far below the limit where tokio's
+/// semaphore panics (`usize::MAX >> 3` permits). Each running handler holds a lease renewed
+/// every third of `engine.lease` (10 000 handlers cost about 1 000 renewals a second at the
+/// default 30 s lease) and, with `--handler exec`, a process and three pipes: 10 000 is
+/// already beyond a default limit of 1 024 open files. More work per node wants more nodes.
+pub const MAX_CONCURRENCY: usize = 10_000;
+/// How many `redis.response_timeout`s `engine.lease` must exceed: the lease is renewed every
+/// third of its length, so a renewal that fails after a full response timeout still leaves
+/// a second renewal time to land before the lease runs out.
+pub const LEASE_RESPONSE_TIMEOUTS: u32 = 3;
 /// Longest node name, in characters.
 pub const MAX_NODE_NAME_CHARS: usize = 255;
 /// URL schemes the Redis client understands.
@@ -64,6 +76,7 @@ pub(crate) fn check(config: &Config) -> Check {
     node(&config.node)?;
     engine(&config.engine)?;
     queue("queue_defaults", &config.queue_defaults)?;
+    lease(&config.engine, &config.redis)?;
     for (name, settings) in &config.queues {
         if QueueName::new(name).is_err() {
             return Err(ConfigError::InvalidQueueName {
@@ -107,7 +120,7 @@ fn redis(redis: &RedisConfig) -> Check {
             "must not contain '{', '}' (they would break Redis Cluster hash tags) or whitespace",
         );
     }
-    Ok(())
+    positive("redis.response_timeout", redis.response_timeout)
 }
 
 fn node(node: &NodeConfig) -> Check {
@@ -168,6 +181,31 @@ fn engine(engine: &EngineConfig) -> Check {
 }
 
 fn queue(path: &str, queue: &QueueConfig) -> Check {
+/// The lease against the time one Redis command may take: the renewal period (a third of the
+/// lease) must exceed the response timeout, or a single slow renewal lets a healthy
+/// handler's lease run out and its task run twice.
+fn lease(engine: &EngineConfig, redis: &RedisConfig) -> Check {
+    let floor = redis
+        .response_timeout
+        .saturating_mul(LEASE_RESPONSE_TIMEOUTS);
+    if engine.lease <= floor {
+        return fail(
+            "engine.lease",
+            human(engine.lease),
+            format!(
+                "must be longer than {LEASE_RESPONSE_TIMEOUTS} x redis.response_timeout ({} x {} = {}): \
+                 the lease is renewed every third of its length (every {}), and a renewal may \
+                 take a whole response timeout; lengthen the lease or shorten the timeout",
+                LEASE_RESPONSE_TIMEOUTS,
+                human(redis.response_timeout),
+                human(floor),
+                human(engine.lease_renewal_period()),
+            ),
+        );
+    }
+    Ok(())
+}
+
     let key = |name: &str| format!("{path}.{name}");
     if !(1..=MAX_PARTITIONS).contains(&queue.partitions) {
         return fail(
@@ -176,7 +214,16 @@ fn queue(path: &str, queue: &QueueConfig) -> Check {
             format!("must be between 1 and {MAX_PARTITIONS}"),
         );
     }
-    at_least_one(&key("concurrency"), queue.concurrency as u64)?;
+    if !(1..=MAX_CONCURRENCY).contains(&queue.concurrency) {
+        return fail(
+            &key("concurrency"),
+            queue.concurrency,
+            format!(
+                "must be between 1 and {MAX_CONCURRENCY} (handlers running at once on one node; \
+                 for more, run more nodes)"
+            ),
+        );
+    }
     at_least_one(&key("max_attempts"), queue.max_attempts)?;
     if queue.backoff.initial > queue.backoff.max {
         return fail(

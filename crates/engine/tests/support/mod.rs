@@ -36,6 +36,8 @@ pub fn fast_config() -> Config {
     config.engine.pull_period = Duration::from_millis(250);
     config.engine.prefetch_window = Duration::from_secs(2);
     config.engine.lease = Duration::from_secs(2);
+    // The lease must exceed three response timeouts (config rule).
+    config.redis.response_timeout = Duration::from_millis(600);
     config.engine.shutdown_grace = Duration::from_secs(3);
     config.queue_defaults = QueueConfig {
         partitions: 16,

@@ -7,6 +7,7 @@ fn defaults_are_the_documented_ones() {
     let config = Config::default();
     assert_eq!(config.redis.url, "redis://127.0.0.1:6379/0");
     assert_eq!(config.redis.key_prefix, "delayq");
+    assert_eq!(config.redis.response_timeout, secs(2));
     assert!(!config.node.name.trim().is_empty());
     assert_eq!(config.node.heartbeat_period, secs(1));
     assert_eq!(config.node.heartbeat_ttl, secs(3));
@@ -50,6 +51,7 @@ fn every_key_round_trips() {
 redis:
   url: rediss://user:pw@redis.internal:6380/2
   key_prefix: staging
+  response_timeout: 750ms
 node:
   name: api-7
   heartbeat_period: 500ms
@@ -98,6 +100,7 @@ queues:
         redis: RedisConfig {
             url: "rediss://user:pw@redis.internal:6380/2".into(),
             key_prefix: "staging".into(),
+            response_timeout: millis(750),
         },
         node: NodeConfig {
             name: "api-7".into(),
@@ -145,6 +148,8 @@ queues:
         ]
         .into_iter()
         .collect(),
+        // Sections this text does not write.
+        ..Config::default()
     };
     assert_eq!(config, expected);
     assert_eq!(config.queue("order-timeout").partitions, 128);

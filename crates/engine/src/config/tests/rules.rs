@@ -76,12 +76,20 @@ fn validate_checks_the_rules() {
         }),
         ("engine.max_prefetched", |c| c.engine.max_prefetched = 0),
         ("engine.lease", |c| c.engine.lease = Duration::ZERO),
+        ("engine.lease", |c| c.engine.lease = secs(6)),
+        ("engine.lease", |c| c.redis.response_timeout = secs(10)),
+        ("redis.response_timeout", |c| {
+            c.redis.response_timeout = Duration::ZERO
+        }),
         ("engine.max_payload", |c| c.engine.max_payload = 0),
         ("queue_defaults.partitions", |c| {
             c.queue_defaults.partitions = 0
         }),
         ("queue_defaults.concurrency", |c| {
             c.queue_defaults.concurrency = 0
+        }),
+        ("queue_defaults.concurrency", |c| {
+            c.queue_defaults.concurrency = MAX_CONCURRENCY + 1
         }),
         ("queue_defaults.max_attempts", |c| {
             c.queue_defaults.max_attempts = 0
@@ -111,6 +119,80 @@ fn validate_checks_the_rules() {
         config.validate(),
         Err(ConfigError::InvalidQueueName { ref name, .. }) if name == "no/slash"
     ));
+}
+
+#[test]
+fn a_lease_within_three_response_timeouts_is_refused_with_the_rule() {
+    // The default response timeout is 2s: a 6s lease renews every 2s, and one slow renewal
+    // would let it run out under a healthy handler.
+    let error = parse_err("engine:\n  lease: 6s\n");
+    assert!(
+        matches!(&error, ConfigError::InvalidValue { key, value, line: Some(2), .. }
+            if key == "engine.lease" && value == "6s"),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("3 x redis.response_timeout (3 x 2s = 6s)"),
+        "the rule and both values are named: {message}"
+    );
+    assert!(message.contains("every 2s"), "{message}");
+
+    // Shortening the response timeout makes a short lease safe; just above the floor passes.
+    let config = Config::from_yaml_str(
+        "redis:\n  response_timeout: 500ms\nengine:\n  lease: 2s\n",
+        SRC,
+    )
+    .expect("2s > 3 x 500ms");
+    assert_eq!(config.redis.response_timeout, millis(500));
+    assert!(Config::from_yaml_str("engine:\n  lease: 6001ms\n", SRC).is_ok());
+
+    // A response timeout written in the file but too long for the default lease.
+    let error = parse_err("redis:\n  response_timeout: 10s\n");
+    assert!(
+        matches!(&error, ConfigError::InvalidValue { key, .. } if key == "engine.lease"),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("(3 x 10s = 30s)"), "{error}");
+}
+
+#[test]
+fn the_renewal_period_is_a_third_of_the_lease() {
+    let mut engine = EngineConfig::default();
+    assert_eq!(engine.lease_renewal_period(), secs(10));
+    engine.lease = millis(15);
+    assert_eq!(engine.lease_renewal_period(), millis(10), "floored at 10ms");
+}
+
+#[test]
+fn concurrency_is_bounded_instead_of_panicking_in_the_semaphore() {
+    let huge = usize::MAX.to_string();
+    for (value, accepted) in [
+        ("1", true),
+        ("10000", true),
+        ("10001", false),
+        (huge.as_str(), false),
+    ] {
+        let text = format!("queues:\n  q:\n    concurrency: {value}\n");
+        match Config::from_yaml_str(&text, SRC) {
+            Ok(config) => {
+                assert!(accepted, "{value} must be refused");
+                assert_eq!(config.queue("q").concurrency.to_string(), value);
+            }
+            Err(error) => {
+                assert!(!accepted, "{value} must be accepted: {error}");
+                assert!(
+                    matches!(&error, ConfigError::InvalidValue { key, line: Some(3), .. }
+                        if key == "queues.q.concurrency"),
+                    "{value}: {error:?}"
+                );
+                assert!(
+                    error.to_string().contains("between 1 and 10000"),
+                    "{value}: {error}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
