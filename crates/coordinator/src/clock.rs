@@ -1,5 +1,13 @@
 //! The cluster clock: Redis `TIME` tracked as an offset from the local clock.
 //!
+//! # The local clock is monotonic
+//! Local time is the machine's wall clock read **once**, when the cluster clock is made, plus
+//! the monotonic time elapsed since (`Instant`). A step of the wall clock afterwards (NTP, an
+//! operator, a VM resumed) therefore never moves local time, so it never moves cluster time
+//! either: it cannot make a task fire early, nor run a lease out. The wall reading only seeds
+//! the first estimate; the measured offset to Redis makes up for whatever it was off by.
+//!
+//! # The offset
 //! Each sample is taken around one round trip to Redis: `local_before`, the server's time,
 //! `local_after`. Assuming the reply was stamped half-way, the offset is
 //! `server - (local_before + rtt / 2)`, good to within `rtt / 2`. The estimator keeps the
@@ -7,78 +15,132 @@
 //! "minimum delay" filter): a sample delayed by a busy network or scheduler is simply not
 //! chosen. Among equally fast samples the newest wins, so slow drift is followed.
 //!
-//! Each sample only says "the offset lies within `rtt / 2` of this value". When a new sample
-//! cannot be reconciled with the current best (their intervals do not overlap, even with a
-//! millisecond of rounding), one of the clocks was stepped (NTP, a VM resumed): the window
-//! restarts from the new sample instead of trusting the old ones for another 16 heartbeats.
+//! Each sample only says "the offset lies within `rtt / 2` of this value", and that holds by
+//! causality (the server read its time after the request left and before the reply came
+//! back), so no slow or delayed sample can pull the estimate outside its own interval. When a
+//! new sample cannot be reconciled with the current best (their intervals do not overlap,
+//! even with a little slack), the offset itself changed: with a monotonic local clock that
+//! means the *server's* clock was stepped, a failover reached a server with another clock, or
+//! this process was suspended (the monotonic clock does not count a suspended VM). The new
+//! sample is the truth in each case, so the window restarts from it instead of trusting the
+//! old ones for another 16 heartbeats.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
-/// The machine's own clock, in milliseconds since the epoch. Tests substitute a skewed or
-/// manual one.
+/// The machine's two clocks, as a seam: tests substitute a skewed, stepping or manual one.
+///
+/// The [`ClusterClock`] reads [`LocalClock::wall_us`] once, to anchor
+/// [`LocalClock::monotonic_us`], and only the monotonic reading after that.
 pub trait LocalClock: Send + Sync + 'static {
-    /// Now, in milliseconds since the Unix epoch, according to this machine.
-    fn now_ms(&self) -> u64;
+    /// The wall clock, in microseconds since the Unix epoch. It may step at any time.
+    fn wall_us(&self) -> u64;
 
-    /// Now, in microseconds since the Unix epoch. Clock samples use it, so that the offset is
-    /// not off by a truncated millisecond; the default is `now_ms() * 1000`.
-    fn now_us(&self) -> u64 {
-        self.now_ms().saturating_mul(1_000)
+    /// A monotonic reading, in microseconds since an arbitrary origin: it never steps and
+    /// never goes back (`Instant`).
+    fn monotonic_us(&self) -> u64;
+
+    /// The wall clock, in milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64 {
+        self.wall_us() / 1_000
     }
 }
 
-/// The system clock.
+/// The origin of [`SystemClock::monotonic_us`]: the first time anybody asked.
+static MONOTONIC_ORIGIN: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// The machine's clocks: `SystemTime` for the wall clock, `Instant` for the monotonic one.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
 impl LocalClock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        self.now_us() / 1_000
-    }
-
-    fn now_us(&self) -> u64 {
+    fn wall_us(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|elapsed| elapsed.as_micros() as u64)
             .unwrap_or(0)
+    }
+
+    fn monotonic_us(&self) -> u64 {
+        MONOTONIC_ORIGIN.elapsed().as_micros() as u64
     }
 }
 
 /// The system clock shifted by a fixed amount: a machine whose clock is wrong.
 #[derive(Debug, Clone, Copy)]
 pub struct SkewedClock {
-    /// Milliseconds added to the system clock (negative: behind).
+    /// Milliseconds added to the system wall clock (negative: behind).
     pub skew_ms: i64,
 }
 
 impl LocalClock for SkewedClock {
-    fn now_ms(&self) -> u64 {
-        self.now_us() / 1_000
+    fn wall_us(&self) -> u64 {
+        SystemClock
+            .wall_us()
+            .saturating_add_signed(self.skew_ms.saturating_mul(1_000))
     }
 
-    fn now_us(&self) -> u64 {
-        SystemClock
-            .now_us()
-            .saturating_add_signed(self.skew_ms.saturating_mul(1_000))
+    fn monotonic_us(&self) -> u64 {
+        SystemClock.monotonic_us()
     }
 }
 
-/// A clock that only moves when told to (for the memory backend's tests).
+/// The system clock with a wall clock that a test steps, as NTP or an operator would, while
+/// its monotonic clock goes on undisturbed.
+///
+/// ```
+/// use std::sync::Arc;
+/// use delayq_coordinator::{ClusterClock, LocalClock, SteppingClock};
+///
+/// let machine = Arc::new(SteppingClock::default());
+/// let clock = ClusterClock::new(machine.clone());
+/// let before = clock.now_ms();
+/// machine.step(5_000);
+/// assert!(machine.now_ms() >= before + 5_000);
+/// assert!(clock.now_ms() < before + 1_000, "the cluster clock did not jump");
+/// ```
+#[derive(Debug, Default)]
+pub struct SteppingClock {
+    step_us: AtomicI64,
+}
+
+impl SteppingClock {
+    /// Steps the wall clock by `delta_ms` (negative: back), on top of earlier steps.
+    pub fn step(&self, delta_ms: i64) {
+        self.step_us
+            .fetch_add(delta_ms.saturating_mul(1_000), Ordering::SeqCst);
+    }
+}
+
+impl LocalClock for SteppingClock {
+    fn wall_us(&self) -> u64 {
+        SystemClock
+            .wall_us()
+            .saturating_add_signed(self.step_us.load(Ordering::SeqCst))
+    }
+
+    fn monotonic_us(&self) -> u64 {
+        SystemClock.monotonic_us()
+    }
+}
+
+/// A clock that only moves when told to (for the memory backend's tests). Both readings are
+/// the value set, so moving it moves the cluster time read through it; setting it back is
+/// allowed, for tests, although no real monotonic clock does that.
 #[derive(Debug, Default)]
 pub struct ManualClock {
-    now_ms: std::sync::atomic::AtomicU64,
+    now_ms: AtomicU64,
 }
 
 impl ManualClock {
     /// A clock standing at `now_ms`.
     pub fn new(now_ms: u64) -> Self {
         ManualClock {
-            now_ms: std::sync::atomic::AtomicU64::new(now_ms),
+            now_ms: AtomicU64::new(now_ms),
         }
     }
 
@@ -94,8 +156,12 @@ impl ManualClock {
 }
 
 impl LocalClock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.now_ms.load(Ordering::SeqCst)
+    fn wall_us(&self) -> u64 {
+        self.now_ms.load(Ordering::SeqCst).saturating_mul(1_000)
+    }
+
+    fn monotonic_us(&self) -> u64 {
+        self.wall_us()
     }
 }
 
@@ -128,6 +194,8 @@ const SAMPLE_WINDOW: usize = 16;
 /// The cluster clock shared by every part of a node. Cheap to read from any thread.
 pub struct ClusterClock {
     local: Arc<dyn LocalClock>,
+    /// `wall - monotonic` when the clock was made: local time is `monotonic + anchor`.
+    anchor_us: i64,
     offset_us: AtomicI64,
     samples: Mutex<VecDeque<ClockSample>>,
 }
@@ -141,10 +209,14 @@ impl std::fmt::Debug for ClusterClock {
 }
 
 impl ClusterClock {
-    /// A clock over `local` with no offset yet (until the first sample).
+    /// A clock over `local`, anchored to its wall clock now, with no offset yet (until the
+    /// first sample).
     pub fn new(local: Arc<dyn LocalClock>) -> Self {
+        let monotonic_us = local.monotonic_us() as i64;
+        let anchor_us = (local.wall_us() as i64).saturating_sub(monotonic_us);
         ClusterClock {
             local,
+            anchor_us,
             offset_us: AtomicI64::new(0),
             samples: Mutex::new(VecDeque::with_capacity(SAMPLE_WINDOW)),
         }
@@ -155,14 +227,17 @@ impl ClusterClock {
         Self::new(Arc::new(SystemClock))
     }
 
-    /// Local time, in milliseconds, from the underlying local clock.
+    /// Local time, in milliseconds: the wall clock at the anchor plus the monotonic time
+    /// since (steps of the wall clock since the anchor do not show).
     pub fn local_now_ms(&self) -> u64 {
-        self.local.now_ms()
+        self.local_now_us() / 1_000
     }
 
-    /// Local time, in microseconds, from the underlying local clock.
+    /// Local time, in microseconds (see [`ClusterClock::local_now_ms`]).
     pub fn local_now_us(&self) -> u64 {
-        self.local.now_us()
+        self.local
+            .monotonic_us()
+            .saturating_add_signed(self.anchor_us)
     }
 
     /// Now on the cluster clock, in milliseconds since the epoch (rounded down).
@@ -172,8 +247,7 @@ impl ClusterClock {
 
     /// Now on the cluster clock, in microseconds since the epoch.
     pub fn now_us(&self) -> u64 {
-        self.local
-            .now_us()
+        self.local_now_us()
             .saturating_add_signed(self.offset_us.load(Ordering::Relaxed))
     }
 
@@ -188,7 +262,8 @@ impl ClusterClock {
     }
 
     /// Adds a sample and re-estimates the offset from the window's smallest round trip.
-    /// A sample whose local clock ran backwards during the round trip is ignored.
+    /// A sample whose local clock ran backwards during the round trip is ignored (only a
+    /// manual test clock can do that).
     pub fn record(&self, sample: ClockSample) {
         if sample.local_after_us < sample.local_before_us {
             return;
@@ -197,7 +272,8 @@ impl ClusterClock {
         if let Some(best) = best_of(&samples) {
             let tolerance = (best.round_trip_us() + sample.round_trip_us()) / 2 + STEP_TOLERANCE_US;
             if best.offset_us().abs_diff(sample.offset_us()) > tolerance {
-                // A clock was stepped: the old samples describe a clock that no longer exists.
+                // The offset changed (the server's clock stepped, another server answers, or
+                // this process was suspended): the old samples describe a past offset.
                 samples.clear();
             }
         }
@@ -276,6 +352,116 @@ mod tests {
         // A slower sample that agrees with the best within their round trips does not.
         clock.record(sample(3_000, 6_010, 3_020));
         assert_eq!(clock.offset_ms(), 3_000);
+    }
+
+    /// A machine whose wall and monotonic clocks a test moves separately.
+    #[derive(Default)]
+    struct Machine {
+        wall_us: AtomicU64,
+        monotonic_us: AtomicU64,
+    }
+
+    impl Machine {
+        fn at(wall_ms: u64) -> Arc<Self> {
+            let machine = Machine::default();
+            machine.wall_us.store(wall_ms * 1_000, Ordering::SeqCst);
+            machine.monotonic_us.store(42_000_000, Ordering::SeqCst);
+            Arc::new(machine)
+        }
+
+        /// `ms` pass: both clocks move.
+        fn pass(&self, ms: u64) {
+            self.wall_us.fetch_add(ms * 1_000, Ordering::SeqCst);
+            self.monotonic_us.fetch_add(ms * 1_000, Ordering::SeqCst);
+        }
+
+        /// The wall clock is stepped by `ms` (NTP); the monotonic clock is not.
+        fn step_wall(&self, ms: i64) {
+            let stepped = self
+                .wall_us
+                .load(Ordering::SeqCst)
+                .saturating_add_signed(ms * 1_000);
+            self.wall_us.store(stepped, Ordering::SeqCst);
+        }
+    }
+
+    impl LocalClock for Machine {
+        fn wall_us(&self) -> u64 {
+            self.wall_us.load(Ordering::SeqCst)
+        }
+
+        fn monotonic_us(&self) -> u64 {
+            self.monotonic_us.load(Ordering::SeqCst)
+        }
+    }
+
+    /// One round trip of `rtt_ms` to a server whose clock is `server_ahead_ms` ahead of the
+    /// machine's true time, measured through `clock` as the coordinator does.
+    fn round_trip(clock: &ClusterClock, machine: &Machine, true_ms: u64, server_ahead_ms: u64) {
+        let local_before_us = clock.local_now_us();
+        machine.pass(1);
+        let server_us = (true_ms + 1 + server_ahead_ms) * 1_000;
+        machine.pass(1);
+        clock.record(ClockSample {
+            local_before_us,
+            server_us,
+            local_after_us: clock.local_now_us(),
+        });
+    }
+
+    #[test]
+    fn a_step_of_the_wall_clock_moves_neither_local_nor_cluster_time() {
+        let machine = Machine::at(1_000_000);
+        let clock = ClusterClock::new(machine.clone());
+        round_trip(&clock, &machine, 1_000_000, 250);
+        assert_eq!(clock.offset_ms(), 250);
+        let (local, cluster) = (clock.local_now_us(), clock.now_us());
+
+        machine.step_wall(5_000);
+        assert_eq!(clock.local_now_us(), local, "a forward step is not seen");
+        assert_eq!(clock.now_us(), cluster);
+        machine.step_wall(-60_000);
+        assert_eq!(clock.now_us(), cluster, "nor a backward one");
+
+        machine.pass(100);
+        assert_eq!(clock.now_us(), cluster + 100_000, "time still passes");
+    }
+
+    #[test]
+    fn samples_taken_after_a_wall_step_keep_the_offset() {
+        let machine = Machine::at(1_000_000);
+        let clock = ClusterClock::new(machine.clone());
+        round_trip(&clock, &machine, 1_000_000, 250);
+        let cluster = clock.now_us();
+        machine.step_wall(5_000);
+        // Heartbeats after the step measure the same offset: nothing restarts, nothing jumps.
+        for beat in 0..20 {
+            machine.pass(100);
+            round_trip(&clock, &machine, 1_000_102 + beat * 102, 250);
+            assert_eq!(clock.offset_ms(), 250);
+        }
+        assert_eq!(clock.now_us(), cluster + 20 * 102 * 1_000);
+    }
+
+    #[test]
+    fn a_step_of_the_server_clock_is_followed_at_once() {
+        let machine = Machine::at(1_000_000);
+        let clock = ClusterClock::new(machine.clone());
+        round_trip(&clock, &machine, 1_000_000, 0);
+        machine.pass(100);
+        // The server's clock (cluster time by definition) jumped 3 s ahead.
+        round_trip(&clock, &machine, 1_000_102, 3_000);
+        assert_eq!(clock.offset_ms(), 3_000);
+    }
+
+    #[test]
+    fn before_any_sample_local_time_is_the_wall_clock_at_the_anchor() {
+        let machine = Machine::at(1_700_000_000_000);
+        let clock = ClusterClock::new(machine.clone());
+        assert!(!clock.is_synchronized());
+        assert_eq!(clock.now_ms(), 1_700_000_000_000);
+        machine.pass(7);
+        assert_eq!(clock.now_ms(), 1_700_000_000_007);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! - [`Coordinator`]: register, heartbeat with a TTL, detect dead nodes, follow the
 //!   membership, send wake-ups, leave. Backends: [`RedisCoordinator`] and
 //!   [`MemoryCoordinator`] (many nodes in one process over a shared [`MemoryCluster`]).
-//! - [`ClusterClock`]: Redis `TIME` as an offset from the local clock.
+//! - [`ClusterClock`]: Redis `TIME` as an offset from the local clock, which is monotonic (a
+//!   step of the wall clock never moves it).
 //! - [`owner`] / [`owned_partitions`]: rendezvous hashing of `(queue, partition)` over the
 //!   live members.
 //! - [`validate`]: the configuration checks every backend runs first.
@@ -54,7 +55,9 @@ mod tasks;
 
 pub use api::*;
 pub use assignment::{owned_partitions, owner};
-pub use clock::{ClockSample, ClusterClock, LocalClock, ManualClock, SkewedClock, SystemClock};
+pub use clock::{
+    ClockSample, ClusterClock, LocalClock, ManualClock, SkewedClock, SteppingClock, SystemClock,
+};
 pub use config::{host_name, validate};
 pub use error::{CoordinatorError, CoordinatorResult};
 pub use memory::{MemoryCluster, MemoryCoordinator};

@@ -1,5 +1,5 @@
 //! Starting a Redis coordinator: bad config, unreachable Redis, a late Redis, and the
-//! cluster clock of a node whose own clock is wrong.
+//! cluster clock of a node whose own clock is wrong or stepped.
 
 mod common;
 
@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::config;
 use delayq_coordinator::{
-    Coordinator, CoordinatorConfig, CoordinatorError, RedisCoordinator, SkewedClock, SystemClock,
+    Coordinator, CoordinatorConfig, CoordinatorError, LocalClock, RedisCoordinator, SkewedClock,
+    SteppingClock, SystemClock,
 };
 use delayq_testkit::{free_port, RedisServer};
 
@@ -124,4 +125,34 @@ async fn a_node_whose_clock_is_5s_ahead_reads_the_same_cluster_time() {
         started.iter().all(|s| s.abs_diff(reference as u64) < 5_000),
         "{started:?}"
     );
+}
+
+#[tokio::test]
+async fn a_step_of_the_wall_clock_never_moves_the_cluster_clock() {
+    let server = RedisServer::start();
+    let machine = Arc::new(SteppingClock::default());
+    // Heartbeats every 100 ms: each one samples the clock again after the step.
+    let node = RedisCoordinator::join(&server.url(), config("stepped", 100, 300), machine.clone())
+        .await
+        .expect("join");
+    // Redis runs on this machine: its TIME is the unstepped system clock.
+    let error_ms = || node.clock().now_us() as i64 / 1_000 - SystemClock.wall_us() as i64 / 1_000;
+    assert!(error_ms().abs() <= 10, "off by {} ms", error_ms());
+    let offset = node.clock().offset_ms();
+    for step_ms in [5_000, -65_000, 3_600_000] {
+        machine.step(step_ms);
+        // Across many heartbeats (a bounded wait for something that must not happen).
+        for _ in 0..10 {
+            assert!(
+                error_ms().abs() <= 10,
+                "after a step of {step_ms} ms the cluster clock is off by {} ms",
+                error_ms()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let moved = node.clock().offset_ms() - offset;
+        assert!(moved.abs() <= 2, "the offset moved by {moved} ms");
+    }
+    assert!(machine.now_ms() > SystemClock.now_ms() + 3_500_000);
+    node.leave().await.expect("leave");
 }

@@ -116,7 +116,7 @@ impl MemoryCoordinator {
             hub: cluster.clone(),
             id,
             info,
-            clock: Arc::new(ClusterClock::new(cluster.clock())),
+            clock: cluster.cluster_clock(),
             membership: view,
             wakeups: Mutex::new(member.then_some(wake_receiver)),
             heartbeat: TaskGroup::default(),

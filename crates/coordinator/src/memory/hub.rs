@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::api::{publish_if_changed, Membership, NodeId, NodeInfo, Wakeup};
-use crate::clock::{LocalClock, SystemClock};
+use crate::clock::{ClusterClock, LocalClock, SystemClock};
 
 /// A cluster in one process: the registry, the epoch and the wake-up channels that
 /// [`MemoryCoordinator`](super::MemoryCoordinator)s share, so that tests and `delayq demo` can
@@ -17,7 +17,8 @@ use crate::clock::{LocalClock, SystemClock};
 ///
 /// Two clocks are at work, on purpose:
 /// - **cluster time** (what `Coordinator::clock().now_ms()` returns, and `started_ms` /
-///   `last_heartbeat_ms`) is the hub's [`LocalClock`]: the system clock by default, or a
+///   `last_heartbeat_ms`) is the hub's [`LocalClock`], anchored once like every local clock
+///   (a later step of its wall clock does not move it): the system clock by default, or a
 ///   [`ManualClock`](crate::ManualClock) that a test moves with
 ///   [`MemoryCluster::with_clock`]. Moving it does not kill anybody's heartbeat.
 /// - **liveness** (heartbeat TTLs) is measured on tokio's monotonic clock, so it follows
@@ -36,6 +37,9 @@ use crate::clock::{LocalClock, SystemClock};
 /// ```
 pub struct MemoryCluster {
     clock: Arc<dyn LocalClock>,
+    /// Cluster time: `clock` anchored when the hub was made (monotonic, like any local
+    /// clock), shared by every coordinator on the hub as they would share Redis `TIME`.
+    time: Arc<ClusterClock>,
     state: Mutex<HubState>,
 }
 
@@ -104,19 +108,25 @@ impl MemoryCluster {
 
     fn build(clock: Arc<dyn LocalClock>) -> Self {
         MemoryCluster {
+            time: Arc::new(ClusterClock::new(clock.clone())),
             clock,
             state: Mutex::new(HubState::default()),
         }
     }
 
-    /// The hub's clock: cluster time for every coordinator on this hub.
+    /// The local clock behind the hub's cluster time.
     pub fn clock(&self) -> Arc<dyn LocalClock> {
         self.clock.clone()
     }
 
+    /// The hub's cluster clock, which every coordinator on this hub reads.
+    pub(crate) fn cluster_clock(&self) -> Arc<ClusterClock> {
+        self.time.clone()
+    }
+
     /// Now in cluster time.
     pub fn now_ms(&self) -> u64 {
-        self.clock.now_ms()
+        self.time.now_ms()
     }
 
     /// The current membership (as a Redis `snapshot` would read it).
@@ -155,7 +165,7 @@ impl MemoryCluster {
         let mut state = self.state.lock();
         let mut outcome = HeartbeatOutcome::default();
         let mut info = info.clone();
-        info.last_heartbeat_ms = self.clock.now_ms();
+        info.last_heartbeat_ms = self.now_ms();
         let registration = Registration {
             info,
             expires_at: now + ttl,

@@ -340,3 +340,18 @@ impl TaskStore for RecordingStore {
         self.inner.purge_dead(partition, id).await
     }
 }
+
+/// A [`RecordingStore`] over a fresh Redis store on `server`, under `config`'s key prefix
+/// (give it to a node with `SchedulerBuilder::store`).
+pub async fn recording_redis_store(server: &RedisServer, config: &Config) -> Arc<RecordingStore> {
+    let redis = delayq_storage::RedisStore::connect(delayq_storage::RedisStoreOptions {
+        url: server.url(),
+        key_prefix: config.redis.key_prefix.clone(),
+        store: delayq_storage::StoreOptions::default(),
+        response_timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(2),
+    })
+    .await
+    .expect("store connects");
+    RecordingStore::new(Arc::new(redis))
+}
