@@ -118,7 +118,10 @@ async fn run(args: Args) -> Result<(), Error> {
     for (index, number) in paid.iter().enumerate() {
         let fraction = (index as f64 + 1.0) / (paid.len() as f64 + 1.0);
         tokio::time::sleep_until((started + args.timeout.mul_f64(fraction * 0.8)).into()).await;
-        let removed = scheduler.cancel(QUEUE, &format!("order-{number}")).await?;
+        let removed = scheduler
+            .cancel(QUEUE, &format!("order-{number}"))
+            .await?
+            .cancelled();
         println!(
             "{:>6.2}s  payment for order {number} arrived: timeout cancelled ({removed})",
             started.elapsed().as_secs_f64()

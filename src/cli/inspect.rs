@@ -22,13 +22,17 @@ pub struct TaskRef {
     id: String,
 }
 
-/// Cancels the task; prints `{"cancelled":true|false}`.
+/// Cancels the task; prints `{"cancelled":true|false}`, with `"state":"inflight"` when its
+/// handler was already running (guarantee 7).
 pub async fn cancel(task: TaskRef, config: Config) -> CliResult<()> {
     let scheduler = producer(config).await?;
     let result = scheduler.cancel(&task.queue, &task.id).await;
     close(scheduler).await;
-    let cancelled: bool = result?;
-    print_json(&json!({ "cancelled": cancelled }))
+    let outcome = result?;
+    match outcome.state() {
+        Some(state) => print_json(&json!({ "cancelled": outcome.cancelled(), "state": state })),
+        None => print_json(&json!({ "cancelled": outcome.cancelled() })),
+    }
 }
 
 /// Prints the task as one JSON line, or fails with `not found`.

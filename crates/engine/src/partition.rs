@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_storage::Partition;
+use delayq_storage::{ClaimBatch, Partition};
 use rand::Rng;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
@@ -46,6 +46,7 @@ impl PartitionWorker {
             partition,
             worker: worker.clone(),
             backoff: RetryBackoff::new(),
+            last_lease_deadline: 0,
         };
         runtime_tasks.spawn(serving.run());
         worker
@@ -68,6 +69,9 @@ struct Serving {
     partition: Partition,
     worker: Arc<PartitionWorker>,
     backoff: RetryBackoff,
+    /// The lease deadline of this worker's latest claim. Each claim gets a later one, so that
+    /// `(node, lease deadline)` names one claim of the partition for `recover_claim`.
+    last_lease_deadline: u64,
 }
 
 impl Serving {
@@ -126,18 +130,20 @@ impl Serving {
         let batch_limit = runtime.config.engine.claim_batch.max(1);
         let lease = runtime.config.engine.lease.as_millis() as u64;
         loop {
-            let Some(mut permits) = self.acquire_slots(batch_limit).await else {
+            let Some(permits) = self.acquire_slots(batch_limit).await else {
                 return;
             };
             let wanted = permits.num_permits();
             let now = runtime.clock.now_ms();
+            let lease_deadline = now.saturating_add(lease).max(self.last_lease_deadline + 1);
+            self.last_lease_deadline = lease_deadline;
             let claimed = runtime
                 .store
                 .claim_due(
                     &self.partition,
                     now,
                     wanted,
-                    now.saturating_add(lease),
+                    lease_deadline,
                     runtime.node_id(),
                 )
                 .await;
@@ -151,25 +157,77 @@ impl Serving {
                     runtime.health.failed("claim_due", &error);
                     let retry_at = now + self.backoff.next_delay().as_millis() as u64;
                     runtime.timer.insert(retry_at, self.partition.clone());
+                    if error.is_transient() {
+                        // The claim may have run with its reply lost: fetch its tasks again
+                        // before this partition is claimed anew (which replaces the receipt).
+                        if let Some(batch) = self.recover_lost_claim(lease_deadline).await {
+                            self.dispatch(batch, permits);
+                        }
+                    }
                     return;
                 }
             };
-            let got = batch.tasks.len();
-            for task in batch.tasks {
-                let Some(slot) = permits.split(1) else {
-                    break;
-                };
-                dispatch::spawn_execution(runtime.clone(), self.queue.clone(), task, slot);
-            }
-            drop(permits);
+            let got = batch.tasks.len() + batch.dead_lettered.len();
+            let next_due_ms = batch.next_due_ms;
+            self.dispatch(batch, permits);
             if got < wanted {
-                if let Some(next) = batch.next_due_ms {
+                if let Some(next) = next_due_ms {
                     runtime.timer.insert(next, self.partition.clone());
                 }
                 return;
             }
             if self.worker.cancel.is_cancelled() {
                 return;
+            }
+        }
+    }
+
+    /// Runs the claimed tasks, one handler slot each; the slots left over are released.
+    fn dispatch(&self, batch: ClaimBatch, mut permits: OwnedSemaphorePermit) {
+        for task in batch.tasks {
+            let Some(slot) = permits.split(1) else {
+                break;
+            };
+            dispatch::spawn_execution(self.runtime.clone(), self.queue.clone(), task, slot);
+        }
+    }
+
+    /// After a claim failed in a way that leaves its fate unknown (a response timeout, a
+    /// dropped connection), asks for the tasks it may have moved to in flight, retrying
+    /// while Redis is unreachable, until the claim's lease would run out anyway (lease expiry
+    /// then brings the tasks back) or the worker stops. Without this, up to `claim_batch`
+    /// tasks would wait a whole lease with no handler.
+    async fn recover_lost_claim(&mut self, lease_deadline: u64) -> Option<ClaimBatch> {
+        let runtime = self.runtime.clone();
+        let mut backoff = RetryBackoff::new();
+        loop {
+            let recovered = runtime
+                .store
+                .recover_claim(&self.partition, runtime.node_id(), lease_deadline)
+                .await;
+            match recovered {
+                Ok(batch) => {
+                    runtime.health.ok();
+                    if !batch.tasks.is_empty() {
+                        tracing::info!(
+                            partition = %self.partition,
+                            recovered = batch.tasks.len(),
+                            "claim reply lost: its tasks were fetched again"
+                        );
+                    }
+                    return Some(batch);
+                }
+                Err(error) => runtime.health.failed("recover_claim", &error),
+            }
+            let delay = backoff.next_delay();
+            let give_up_at = lease_deadline.saturating_sub(delay.as_millis() as u64);
+            if runtime.clock.now_ms() >= give_up_at {
+                return None;
+            }
+            tokio::select! {
+                biased;
+                _ = self.worker.cancel.cancelled() => return None,
+                _ = tokio::time::sleep(delay) => {}
             }
         }
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use delayq_coordinator::{owner, ClusterClock, Coordinator, Membership, NodeId, Wakeup};
 use delayq_storage::{
-    partition_of, validate_due, NewTask, Partition, PartitionStats, QueueName, ScheduleMode,
-    ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore,
+    partition_of, validate_due, Cancel, NewTask, Partition, PartitionStats, QueueName,
+    ScheduleMode, ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore,
 };
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio_util::task::TaskTracker;
@@ -44,7 +44,7 @@ use crate::task::{Scheduled, When};
 /// ```
 #[derive(Clone)]
 pub struct Scheduler {
-    runtime: Arc<Runtime>,
+    pub(crate) runtime: Arc<Runtime>,
     loops: Arc<TaskTracker>,
 }
 
@@ -193,6 +193,7 @@ impl Scheduler {
             payload,
         };
         let outcome = self.runtime.store.schedule(&partition, task, mode).await?;
+        crate::admin::record_scheduled(&partition.queue, &outcome);
         self.announce(&partition, due_ms, now, &outcome).await;
         Ok(scheduled(&partition, &id, due_ms, outcome))
     }
@@ -247,6 +248,7 @@ impl Scheduler {
         {
             let result = match outcome {
                 Ok(outcome) => {
+                    crate::admin::record_scheduled(&partition.queue, &outcome);
                     if matches!(
                         outcome,
                         ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. }
@@ -277,12 +279,15 @@ impl Scheduler {
             .collect())
     }
 
-    /// Cancels the task. Returns whether a pending, in-flight or dead task was removed.
-    pub async fn cancel(&self, queue: &str, id: &str) -> EngineResult<bool> {
+    /// Cancels the task (guarantee 7). [`Cancel::Cancelled`]: it was pending (or waiting for
+    /// a retry, or dead) and will not fire. [`Cancel::InFlight`]: its handler is running and
+    /// cannot be un-run; that attempt finishes, no retry follows it, and the task is gone
+    /// once it ended. [`Cancel::NotFound`]: the id names no live task.
+    pub async fn cancel(&self, queue: &str, id: &str) -> EngineResult<Cancel> {
         let queue = QueueName::new(queue)?;
         let id = TaskId::new(id)?;
         let Some(partitions) = self.partitions_for_read(&queue).await? else {
-            return Ok(false);
+            return Ok(Cancel::NotFound);
         };
         let partition = Partition::new(queue, partition_of(&id, partitions));
         Ok(self.runtime.store.cancel(&partition, &id).await?)
@@ -420,7 +425,7 @@ impl Scheduler {
     /// After a schedule: make sure the owner of the partition knows in time. Our own
     /// partition goes into our timer; another owner gets a wake-up when the task is due
     /// before its next pull could see it.
-    async fn announce(
+    pub(crate) async fn announce(
         &self,
         partition: &Partition,
         due_ms: u64,
@@ -491,7 +496,7 @@ impl Scheduler {
 
     /// The partition count of a queue we read from, or `None` when the store does not know
     /// the queue.
-    async fn partitions_for_read(&self, queue: &QueueName) -> EngineResult<Option<u32>> {
+    pub(crate) async fn partitions_for_read(&self, queue: &QueueName) -> EngineResult<Option<u32>> {
         if let Some(count) = self.runtime.partition_counts.get(queue.as_str()) {
             return Ok(Some(*count));
         }

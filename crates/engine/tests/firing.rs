@@ -167,7 +167,8 @@ async fn cancel_and_reschedule_win_over_prefetch(backend: TestBackend) {
     assert!(producer
         .cancel("orders", "cancelled")
         .await
-        .expect("cancel"));
+        .expect("cancel")
+        .cancelled());
     let later = due + 1_000;
     let earlier = producer.now_ms() + 200;
     producer

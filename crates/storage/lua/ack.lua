@@ -7,8 +7,9 @@
 -- Returns: one verdict per token, in order:
 --   'C' completed: the task left in-flight; its record shrank to what dedup needs (counters
 --       and due times; no payload, no error) and `done` holds it, scored by Redis TIME;
---   'S' superseded: cancelled or scheduled again meanwhile; the new schedule stands and only
---       this claim's in-flight entry is dropped;
+--   'S' superseded: scheduled again meanwhile; the new schedule stands and only this claim's
+--       in-flight entry is dropped; or cancelled while it ran: the task is forgotten (no done
+--       entry: a later get finds nothing);
 --   'L' the token lost its lease (requeued, claimed again): nothing changed;
 --   'X<reason>' the record is corrupt: nothing changed.
 -- Tokens of one call are judged as if acked one after the other (a repeated id is read again).
@@ -65,6 +66,10 @@ for k, id in ipairs(ids) do
     if detail and in_flight then
       leave[#leave + 1] = id
     end
+    out[k] = 'S'
+  elseif verdict == 'cancelled' then
+    leave[#leave + 1] = id
+    forget[#forget + 1] = id
     out[k] = 'S'
   elseif verdict == 'stale' then
     out[k] = 'L'

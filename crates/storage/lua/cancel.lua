@@ -1,16 +1,38 @@
--- cancel.lua: removes a pending, in-flight or dead task (a done entry is kept for dedup).
+-- cancel.lua: cancels a task (guarantee 7: "cancelled" only when a fire was prevented).
 -- KEYS[1]: due        ZSET id -> due_ms
 -- KEYS[2]: tasks      HASH id -> record
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: dead       ZSET id -> failed_ms
 -- ARGV[1]: id
--- Returns: 1 when a task was removed, 0 when the id named no live task. The record is not
--- decoded, so a corrupt record can always be cancelled.
+-- Returns: 1 cancelled: a pending task (also one waiting for a retry, or scheduled again
+--            while an older claim ran) or a dead letter was removed, with any in-flight entry;
+--          2 in flight: its handler runs and cannot be un-run. The record's generation becomes
+--            0 (record.lua): the running attempt is the last, and the task is gone once it
+--            ends. Nothing else changes, so its lease and token stay valid;
+--          0 the id names no live task.
+-- A done entry is kept for dedup. A corrupt record can always be cancelled when pending or
+-- dead; in flight, one that cannot be marked is removed (it could only be requeued).
 
+local due_key, tasks_key, inflight_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
-local removed = redis.call('ZREM', KEYS[1], id) + redis.call('ZREM', KEYS[3], id) + redis.call('ZREM', KEYS[4], id)
-if removed > 0 then
-  redis.call('HDEL', KEYS[2], id)
+if redis.call('ZREM', due_key, id) + redis.call('ZREM', dead_key, id) > 0 then
+  redis.call('ZREM', inflight_key, id)
+  redis.call('HDEL', tasks_key, id)
   return 1
 end
-return 0
+if not redis.call('ZSCORE', inflight_key, id) then
+  return 0
+end
+local raw = redis.call('HGET', tasks_key, id)
+if not raw then
+  redis.call('ZREM', inflight_key, id)
+  return 0
+end
+local version, rest = string.match(raw, '^(%d+)|%d+(|.*)$')
+if version ~= '1' then
+  redis.call('ZREM', inflight_key, id)
+  redis.call('HDEL', tasks_key, id)
+  return 1
+end
+redis.call('HSET', tasks_key, id, version .. '|0' .. rest)
+return 2

@@ -9,14 +9,15 @@
 -- ARGV[4]: the handler's error text (kept as the record's last error)
 -- ARGV[5]: 'retry' or 'dead'
 -- ARGV[6]: for 'retry': the due time of the next attempt, in ms
--- Returns: { 'retrying', next attempt, due } | { 'dead' } | { 'superseded' } (cancelled or
--- scheduled again meanwhile: nothing recorded, only this claim's in-flight entry dropped).
+-- Returns: { 'retrying', next attempt, due } | { 'dead' } | { 'superseded' } (scheduled
+-- again meanwhile: nothing recorded, only this claim's in-flight entry dropped; or cancelled
+-- while running: no retry, the task is gone).
 -- Errors: DELAYQ_STALE (nothing changed), DELAYQ_CORRUPT.
 
 local due_key, tasks_key, inflight_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
 local verdict, detail, raw = check_token(tasks_key, inflight_key, id, tonumber(ARGV[2]), tonumber(ARGV[3]))
-local refusal = refuse_token(verdict, detail, id, inflight_key, { 'superseded' })
+local refusal = refuse_token(verdict, detail, id, tasks_key, inflight_key, { 'superseded' })
 if refusal then
   return refusal
 end

@@ -12,6 +12,8 @@ end
 --   'superseded', owns_entry    the task was cancelled or scheduled again after the claim;
 --                               owns_entry: the in-flight entry (if any) is still this claim's
 --   'stale'                     the lease was lost (requeued, or claimed again)
+--   'cancelled', record         the token holds the lease, but the task was cancelled while
+--                               it ran (generation 0): this attempt is its last
 --   'corrupt', reason
 -- Generations are never reused for an id (a fresh record starts at Redis TIME in µs, a
 -- reschedule adds 1), and claim numbers never repeat either (see claim_due.lua): so when the
@@ -23,6 +25,12 @@ local function judge_token(raw, in_flight, gen, claim)
   local rec, reason = decode_record(raw)
   if not rec then
     return 'corrupt', reason
+  end
+  if rec.gen == 0 then
+    if rec.claim == claim and in_flight then
+      return 'cancelled', rec
+    end
+    return 'stale'
   end
   if rec.gen ~= gen then
     return 'superseded', rec.claim == claim
@@ -43,9 +51,15 @@ local function check_token(tasks_key, inflight_key, id, gen, claim)
 end
 
 -- The reply for a token that does not hold its lease (any verdict of judge_token but 'ok'),
--- or nil when it does. A superseded token drops its claim's in-flight entry, if still there.
-local function refuse_token(verdict, detail, id, inflight_key, superseded_reply)
-  if verdict == 'corrupt' then
+-- or nil when it does. A superseded token drops its claim's in-flight entry, if still there;
+-- a cancelled one ends the task (its record and in-flight entry go) and answers like a
+-- superseded one.
+local function refuse_token(verdict, detail, id, tasks_key, inflight_key, superseded_reply)
+  if verdict == 'cancelled' then
+    redis.call('ZREM', inflight_key, id)
+    redis.call('HDEL', tasks_key, id)
+    return superseded_reply
+  elseif verdict == 'corrupt' then
     return corrupt(id, detail)
   elseif verdict == 'stale' then
     return stale()

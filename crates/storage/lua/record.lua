@@ -15,6 +15,9 @@
 -- <due> is the due time of the current (or last) attempt; <scheduled due> is the due the
 -- producer gave, the dedup key; <claim> is the fencing number of the latest claim. The first
 -- field is the format version: a record whose version is not 1 is refused, never guessed at.
+-- Generation 0 is never given to a schedule (a fresh record starts at Redis TIME in µs): it
+-- marks a task cancelled while its handler ran (see cancel.lua). Its running attempt is the
+-- last: ack and fail forget it, requeue_expired drops it, claim_due never claims it.
 
 local RECORD_VERSION = '1'
 
@@ -70,6 +73,11 @@ local function sched_of(rec)
     return rec.sched
   end
   return rec.due
+end
+
+-- Whether a raw record is marked cancelled-while-running (generation 0), without decoding it.
+local function is_cancelled_raw(raw)
+  return string.find(raw, '^%d+|0|') ~= nil
 end
 
 -- Encodes a record. due and sched are decimal strings ('' = implicit); counters are numbers.

@@ -16,6 +16,8 @@
 -- An id in flight that is scheduled again gets a new record (generation + 1, attempt 1) and
 -- goes back into `due`; its in-flight entry stays until the running handler acks (Superseded)
 -- or its lease expires. The claim number carries over so the old token is still recognised.
+-- Unless the new due is the running one's scheduled due: that resend of a fire in progress
+-- is 'D' and changes nothing (no second run, no new generation), when dedup is on.
 -- Speed: the ids are looked up with one HMGET and new ids (the bulk-load case) are written
 -- with one HSET and one ZADD for the whole call; only existing ids take the per-item path.
 
@@ -47,6 +49,13 @@ local function schedule_existing(id, due, payload, raw)
   if not rec then
     return 'X' .. reason
   end
+  if rec.gen == 0 then
+    -- Cancelled while its handler runs: gone as far as producers are concerned, so this is
+    -- a new life (fresh generation); the running attempt's ack will find it superseded.
+    redis.call('HSET', tasks_key, id, encode_record(redis_now_us(), 1, rec.claim, '', '', '', payload))
+    redis.call('ZADD', due_key, due, id)
+    return 'C'
+  end
   local pending = redis.call('ZSCORE', due_key, id)
   local live = pending or redis.call('ZSCORE', inflight_key, id)
   local dead = false
@@ -58,6 +67,10 @@ local function schedule_existing(id, due, payload, raw)
   if live then
     if if_absent then
       return 'K' .. (pending or rec.due)
+    end
+    if not pending and not dead and retention > 0 and sched_of(rec) == due then
+      -- In flight for this very due: a resend of the fire that is running (guarantee 6).
+      return 'D'
     end
     verdict = 'R' .. (pending or rec.due)
     if dead then

@@ -72,7 +72,10 @@ impl fmt::Debug for QueueName {
     }
 }
 
-/// A task's identity inside its queue: 1..=512 bytes of UTF-8.
+/// A task's identity inside its queue: 1..=512 bytes of UTF-8 without NUL.
+///
+/// NUL is refused because an id must travel everywhere a string can: into a child process's
+/// environment (`delayq node --handler exec` passes it as `DELAYQ_ID`), C strings, logs.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskId(Arc<str>);
 
@@ -96,6 +99,12 @@ impl TaskId {
             return Err(StorageError::InvalidTaskId {
                 id: preview(id),
                 reason: "it is longer than 512 bytes",
+            });
+        }
+        if id.contains('\0') {
+            return Err(StorageError::InvalidTaskId {
+                id: id.replace('\0', "\\0"),
+                reason: "it contains a NUL byte",
             });
         }
         Ok(TaskId(Arc::from(id)))
@@ -254,6 +263,35 @@ pub struct ClaimBatch {
     pub tasks: Vec<ClaimedTask>,
     /// The earliest due time still pending in the partition after the claim, if any.
     pub next_due_ms: Option<u64>,
+    /// Due tasks whose record could not be decoded (written by outside tooling or by a newer
+    /// release): the claim moved each to the dead letters with this reason instead of
+    /// failing, so one bad record never blocks its partition (guarantee 8).
+    pub dead_lettered: Vec<(TaskId, String)>,
+}
+
+/// What `cancel` did (guarantee 7: `cancelled` is true only when a fire was prevented).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cancel {
+    /// A pending task (waiting for its due or for a retry) or a dead letter was removed.
+    Cancelled,
+    /// Its handler is running: a running attempt cannot be un-run. It finishes, no further
+    /// attempt follows it (no retry), and the task is gone once it ended.
+    InFlight,
+    /// The id names no live task.
+    NotFound,
+}
+
+impl Cancel {
+    /// Whether a fire was prevented.
+    pub fn cancelled(&self) -> bool {
+        matches!(self, Cancel::Cancelled)
+    }
+
+    /// `"inflight"` when the handler was already running, else `None` (the CLI's and the
+    /// HTTP API's `state` field).
+    pub fn state(&self) -> Option<&'static str> {
+        matches!(self, Cancel::InFlight).then_some("inflight")
+    }
 }
 
 /// What `ack` did.
@@ -387,13 +425,21 @@ pub struct StoreOptions {
     pub max_payload: usize,
     /// How long a completed `(id, due)` is kept for dedup, in milliseconds (default 1 h).
     pub executed_retention_ms: u64,
+    /// The most payload bytes one `claim_due` returns (default 8 MiB): a claim stops adding
+    /// tasks once it has this many, but always returns at least one due task. It keeps 256
+    /// tasks of 1 MiB from becoming one reply of 256 MiB that stalls Redis and the node.
+    pub max_claim_bytes: usize,
 }
+
+/// The default of [`StoreOptions::max_claim_bytes`]: 8 MiB.
+pub const DEFAULT_MAX_CLAIM_BYTES: usize = 8 * 1024 * 1024;
 
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             max_payload: DEFAULT_MAX_PAYLOAD,
             executed_retention_ms: 3_600_000,
+            max_claim_bytes: DEFAULT_MAX_CLAIM_BYTES,
         }
     }
 }
@@ -424,6 +470,12 @@ mod tests {
         let error = TaskId::new("é".repeat(257)).expect_err("514 bytes");
         assert!(error.to_string().contains("512"), "{error}");
         assert!(TaskId::new("").is_err());
+        let error = TaskId::new("a\0b").expect_err("NUL");
+        assert!(error.to_string().contains("NUL"), "{error}");
+        assert!(
+            matches!(&error, StorageError::InvalidTaskId { id, .. } if id == "a\\0b"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 
 use crate::error::StorageResult;
 use crate::model::{
-    AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask, Partition,
-    PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
+    AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask,
+    Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
 };
 
 /// The outcome of one item of [`TaskStore::schedule_many`], in the order given.
@@ -34,9 +34,12 @@ pub type ItemResult = StorageResult<ScheduleOutcome>;
 ///                  │       same attempt)                                            │
 ///                  └────────────────────────────────────────────────────────────────┘
 /// ```
-/// `cancel` removes a pending, in-flight or dead task. Scheduling an id again replaces
-/// whatever live task it names (upsert) and bumps its generation; if that task was in flight,
-/// its handler's `ack`/`fail` reports `Superseded` and the new schedule stands.
+/// `cancel` removes a pending or dead task; a task in flight is marked so that its running
+/// attempt is the last one (its `ack`/`fail` report `Superseded` and forget it). Scheduling an
+/// id again replaces whatever live task it names (upsert) and bumps its generation; if that
+/// task was in flight, its handler's `ack`/`fail` reports `Superseded` and the new schedule
+/// stands, unless the new schedule has the same due as the running one: that is a resend of
+/// the fire in progress, reported as `Duplicate` (guarantee 6).
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     /// Records the number of partitions of `queue` the first time it is used and returns it;
@@ -52,8 +55,9 @@ pub trait TaskStore: Send + Sync + 'static {
     /// - Upsert: a live task with the same id is replaced (due, payload, attempt back to 1,
     ///   generation + 1).
     /// - IfAbsent: a live task with the same id is kept and reported.
-    /// - Dedup: if the id completed within the executed retention *with the same due*, nothing
-    ///   is stored and `Duplicate` is returned; a different due re-arms the id.
+    /// - Dedup: if the id completed within the executed retention *with the same due*, or is
+    ///   in flight (its handler running) for that same due, nothing is stored and `Duplicate`
+    ///   is returned; a different due re-arms the id. A retention of 0 turns dedup off.
     ///
     /// Fails with `PayloadTooLarge` or `InvalidDue` before anything is written.
     async fn schedule(
@@ -73,9 +77,12 @@ pub trait TaskStore: Send + Sync + 'static {
         mode: ScheduleMode,
     ) -> StorageResult<Vec<ItemResult>>;
 
-    /// Removes a pending, in-flight or dead task. Returns whether one was removed. A handler
-    /// already running is not interrupted; its `ack` reports `Superseded`.
-    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool>;
+    /// Cancels a task (guarantee 7). A pending task (also one waiting for a retry) or a dead
+    /// letter is removed: [`Cancel::Cancelled`]. A task whose handler runs cannot be un-run:
+    /// [`Cancel::InFlight`]; the running attempt finishes, its `ack`/`fail` report
+    /// `Superseded` and remove the task (no retry, no done record), and a lapsed lease drops it
+    /// instead of requeueing it. An unknown id: [`Cancel::NotFound`].
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<Cancel>;
 
     /// The task with this id: pending, in flight, dead, or done within the retention.
     async fn get(&self, partition: &Partition, id: &TaskId) -> StorageResult<Option<TaskInfo>>;
@@ -84,6 +91,15 @@ pub trait TaskStore: Send + Sync + 'static {
     /// in-flight with the given lease deadline, and returns them with their payloads and fresh
     /// fencing tokens, plus the earliest due still pending. Concurrent claimers never receive
     /// the same task.
+    ///
+    /// - A claim returns at most [`StoreOptions::max_claim_bytes`](crate::StoreOptions) of
+    ///   payload (but at least one due task).
+    /// - A due record that cannot be decoded is moved to the dead letters with the reason and
+    ///   reported in [`ClaimBatch::dead_lettered`]; the others are claimed (guarantee 8).
+    /// - The Redis backend never takes a task before its due on Redis `TIME`, whatever
+    ///   `now_ms` says (guarantee 9).
+    /// - The claim leaves a receipt, so that [`recover_claim`](TaskStore::recover_claim) can
+    ///   return the same tasks when the reply was lost.
     async fn claim_due(
         &self,
         partition: &Partition,
@@ -91,6 +107,20 @@ pub trait TaskStore: Send + Sync + 'static {
         limit: usize,
         lease_deadline_ms: u64,
         owner: &str,
+    ) -> StorageResult<ClaimBatch>;
+
+    /// The tasks of the latest claim of `partition`, when that claim was made by `owner` with
+    /// `lease_deadline_ms` and its reply never arrived (a response timeout, a connection
+    /// reset): those of its tasks still in flight under that very claim, with the tokens the
+    /// lost reply carried. Empty when the claim never ran, when another claim of the partition
+    /// came since (then the tasks come back through lease expiry), or when everything was
+    /// requeued, acked or cancelled meanwhile. Without it a lost reply would park up to
+    /// `claim_batch` tasks in flight, with no handler, for a whole lease.
+    async fn recover_claim(
+        &self,
+        partition: &Partition,
+        owner: &str,
+        lease_deadline_ms: u64,
     ) -> StorageResult<ClaimBatch>;
 
     /// The `(id, due)` pairs of up to `limit` pending tasks with `from_ms <= due <= to_ms`,
@@ -123,7 +153,9 @@ pub trait TaskStore: Send + Sync + 'static {
 
     /// Puts back up to `limit` in-flight tasks whose lease ran out before `now_ms` as pending,
     /// due at once, *without* spending an attempt (a crashed node is not the task's fault).
-    /// Returns the ids put back.
+    /// Returns the ids put back. A task cancelled while in flight is dropped instead. The
+    /// Redis backend judges leases by `min(now_ms, Redis TIME)`, so a node whose clock jumped
+    /// ahead never expires a healthy handler's lease (guarantee 9).
     async fn requeue_expired(
         &self,
         partition: &Partition,

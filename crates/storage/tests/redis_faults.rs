@@ -250,17 +250,9 @@ async fn acknowledged_schedules_survive_a_restart_with_aof() {
 }
 
 #[tokio::test]
-async fn a_corrupt_record_is_reported_with_its_key_and_field_and_can_be_cancelled() {
+async fn a_corrupt_record_is_reported_by_get_and_dead_lettered_by_claim_with_the_reason() {
     let (server, store, p) = start(RedisOptions::default()).await;
     let key = "faults:{q:0}:tasks";
-    store
-        .schedule(&p, task("bad", T0), ScheduleMode::Upsert)
-        .await
-        .expect("schedule");
-    store
-        .schedule(&p, task("good", T0 + 1), ScheduleMode::Upsert)
-        .await
-        .expect("schedule");
     let assert_corrupt = |result: Result<_, StorageError>, what: &str, needle: &str| match result {
         Err(StorageError::CorruptRecord {
             key: found_key,
@@ -273,21 +265,66 @@ async fn a_corrupt_record_is_reported_with_its_key_and_field_and_can_be_cancelle
         }
         other => panic!("{what}: expected CorruptRecord, got {other:?}"),
     };
-    // Garbage, and a record written by a future release: refused by name, in Rust (get) and
-    // in Lua (claim_due), and a refused claim changes nothing.
-    for (planted, needle) in [
+    // Garbage, and a record written by a future release: get refuses them by name; a claim
+    // moves them to the dead letters with the reason and claims the others (guarantee 8).
+    for (round, (planted, needle)) in [
         ("garbage", "not a delayq record"),
         ("9|whatever the future holds", "unknown record version 9"),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let good = format!("good-{round}");
+        for (name, due) in [("bad", T0), (good.as_str(), T0 + 1)] {
+            store
+                .schedule(&p, task(name, due), ScheduleMode::Upsert)
+                .await
+                .expect("schedule");
+        }
         server
             .command(&["HSET", key, "bad", planted])
             .expect("plant a corrupt record");
         assert_corrupt(store.get(&p, &id("bad")).await.map(|_| ()), "get", needle);
-        let claim = store.claim_due(&p, T0 + 10, 10, T0 + 60_000, "node").await;
-        assert_corrupt(claim.map(|_| ()), "claim_due", needle);
-        let stats = store.stats(&p, T0 + 10).await.expect("stats");
-        assert_eq!((stats.pending, stats.inflight), (2, 0), "{planted}");
+        let claim = store
+            .claim_due(&p, T0 + 10, 10, T0 + 60_000, "node")
+            .await
+            .expect("a poison pill never fails the claim");
+        let claimed: Vec<_> = claim.tasks.iter().map(|t| t.id.to_string()).collect();
+        assert_eq!(claimed, [good.clone()], "{planted}: the others are claimed");
+        assert_eq!(claim.dead_lettered.len(), 1, "{planted}");
+        assert_eq!(claim.dead_lettered[0].0, id("bad"));
+        assert!(
+            claim.dead_lettered[0].1.contains(needle),
+            "{:?}",
+            claim.dead_lettered
+        );
+        let dead = store.get(&p, &id("bad")).await.expect("get").expect("dead");
+        assert_eq!(dead.state, TaskState::Dead);
+        let error = dead.last_error.expect("the reason");
+        assert!(
+            error.contains(needle) && error.contains("undecodable"),
+            "{error}"
+        );
+        assert_eq!(
+            dead.payload,
+            Bytes::from(planted),
+            "the record as it was is kept"
+        );
+        let listed = store.list_dead(&p, 10).await.expect("list_dead");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            store.purge_dead(&p, Some(&id("bad"))).await.expect("purge"),
+            1
+        );
     }
+    // schedule_many still refuses to overwrite a corrupt live record it cannot read.
+    store
+        .schedule(&p, task("bad", T0), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    server
+        .command(&["HSET", key, "bad", "9|future"])
+        .expect("plant a corrupt record");
     let results = store
         .schedule_many(
             vec![(p.clone(), task("bad", T0)), (p.clone(), task("new", T0))],
@@ -306,13 +343,11 @@ async fn a_corrupt_record_is_reported_with_its_key_and_field_and_can_be_cancelle
         Some(ScheduleOutcome::Created),
         "the other item proceeds"
     );
-
-    assert!(store.cancel(&p, &id("bad")).await.expect("cancel"));
-    let claimed = store
-        .claim_due(&p, T0 + 10, 10, T0 + 60_000, "node")
-        .await
-        .expect("claim once the corrupt record is gone");
-    assert_eq!(claimed.tasks.len(), 2);
+    assert_eq!(
+        store.cancel(&p, &id("bad")).await.expect("cancel"),
+        delayq_storage::Cancel::Cancelled,
+        "a corrupt pending record can always be cancelled"
+    );
 }
 
 #[tokio::test]

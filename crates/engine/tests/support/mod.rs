@@ -12,9 +12,9 @@ use async_trait::async_trait;
 use delayq_engine::config::{BackoffConfig, Config, QueueConfig};
 use delayq_engine::{MemoryBackend, Scheduler, SchedulerBuilder, Task};
 use delayq_storage::{
-    AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, ItemResult, LeaseToken, NewTask,
-    Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StorageResult, TaskId,
-    TaskInfo, TaskStore,
+    AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, ItemResult, LeaseToken,
+    NewTask, Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StorageResult,
+    TaskId, TaskInfo, TaskStore,
 };
 use delayq_testkit::{RedisOptions, RedisServer};
 use parking_lot::Mutex;
@@ -247,7 +247,7 @@ impl TaskStore for RecordingStore {
     ) -> StorageResult<Vec<ItemResult>> {
         self.inner.schedule_many(items, mode).await
     }
-    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool> {
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<Cancel> {
         self.inner.cancel(partition, id).await
     }
     async fn get(&self, partition: &Partition, id: &TaskId) -> StorageResult<Option<TaskInfo>> {
@@ -277,6 +277,17 @@ impl TaskStore for RecordingStore {
                 .push(task.token.claim);
         }
         Ok(batch)
+    }
+    async fn recover_claim(
+        &self,
+        partition: &Partition,
+        owner: &str,
+        lease_deadline_ms: u64,
+    ) -> StorageResult<ClaimBatch> {
+        // Recovered tasks were claimed once already (recorded by claim_due above).
+        self.inner
+            .recover_claim(partition, owner, lease_deadline_ms)
+            .await
     }
     async fn peek_window(
         &self,

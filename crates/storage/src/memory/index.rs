@@ -37,6 +37,13 @@ impl TimeIndex {
         self.entries.first().map(|(at, _)| *at)
     }
 
+    /// The earliest entry.
+    pub(super) fn first(&self) -> Option<(u64, TaskId)> {
+        self.entries
+            .iter()
+            .find_map(|(at, id)| id.clone().map(|id| (*at, id)))
+    }
+
     /// Removes and returns the earliest entry if its time satisfies `take`.
     pub(super) fn pop_first_if(&mut self, take: impl Fn(u64) -> bool) -> Option<(u64, TaskId)> {
         match self.entries.first() {

@@ -27,9 +27,9 @@ use parking_lot::{Mutex, RwLock};
 use self::partition::{PartitionState, StaleLease};
 use crate::error::{StorageError, StorageResult};
 use crate::model::{
-    validate_due, AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask,
-    Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StoreOptions, TaskId,
-    TaskInfo,
+    validate_due, AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken,
+    NewTask, Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StoreOptions,
+    TaskId, TaskInfo,
 };
 use crate::store::{ItemResult, TaskStore};
 
@@ -232,10 +232,10 @@ impl TaskStore for MemoryStore {
             .collect())
     }
 
-    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool> {
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<Cancel> {
         Ok(match self.existing(partition)? {
             Some(state) => state.lock().cancel(id),
-            None => false,
+            None => Cancel::NotFound,
         })
     }
 
@@ -261,11 +261,30 @@ impl TaskStore for MemoryStore {
         let Some(state) = self.existing(partition)? else {
             return Ok(ClaimBatch::default());
         };
-        let batch = state
-            .lock()
-            .claim_due(partition, now_ms, limit, lease_deadline_ms);
+        let request = partition::ClaimRequest {
+            now_ms,
+            limit,
+            lease_deadline_ms,
+            owner,
+            max_bytes: self.inner.options.max_claim_bytes,
+        };
+        let batch = state.lock().claim_due(partition, &request);
         tracing::trace!(%partition, owner, claimed = batch.tasks.len(), "claimed due tasks");
         Ok(batch)
+    }
+
+    async fn recover_claim(
+        &self,
+        partition: &Partition,
+        owner: &str,
+        lease_deadline_ms: u64,
+    ) -> StorageResult<ClaimBatch> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state
+                .lock()
+                .recover_claim(partition, owner, lease_deadline_ms),
+            None => ClaimBatch::default(),
+        })
     }
 
     async fn peek_window(

@@ -1,79 +1,23 @@
-//! The queue registry, looking tasks up, counting, and the housekeeping operations
+//! Looking tasks up, counting, and the housekeeping operations
 //! (`cancel`, `prune_done`, dead letters).
 
-use redis::{AsyncCommands, Value};
+use redis::Value;
 
-use crate::error::{StorageError, StorageResult};
-use crate::model::{DeadTask, Partition, PartitionStats, QueueName, TaskId, TaskInfo, TaskState};
+use crate::error::StorageResult;
+use crate::model::{Cancel, DeadTask, Partition, PartitionStats, TaskId, TaskInfo, TaskState};
 
 use super::connection::RedisStore;
 use super::error_map::{map_error, unexpected_reply};
-use super::keys::registry_key;
 use super::lease::{decode, explicit_due};
 use super::reply::{expect_array, expect_number, number, task_id, text};
 use super::scripts::SCRIPTS;
 
-/// The most partitions a queue may have.
-const MAX_PARTITIONS: u32 = 65_536;
 /// Entries removed per script call by the bulk housekeeping operations, so no single call
 /// holds Redis for long.
 const HOUSEKEEPING_CHUNK: usize = 1_000;
 
 impl RedisStore {
-    pub(crate) async fn register(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
-        const OPERATION: &str = "register_queue";
-        if partitions == 0 || partitions > MAX_PARTITIONS {
-            return Err(StorageError::InvalidPartitionCount {
-                queue: queue.to_string(),
-                partitions,
-            });
-        }
-        let key = registry_key(&self.prefix);
-        // HSETNX then HGET: both idempotent, so the pair may be retried as a read.
-        let recorded: Option<Vec<u8>> = self
-            .read(OPERATION, &key, |mut connection| {
-                let key = key.clone();
-                async move {
-                    let _: bool = connection.hset_nx(&key, queue.as_str(), partitions).await?;
-                    connection.hget(&key, queue.as_str()).await
-                }
-            })
-            .await?;
-        let recorded = parse_partitions(&key, queue.as_str(), recorded.unwrap_or_default())?;
-        if recorded != partitions {
-            return Err(StorageError::PartitionMismatch {
-                queue: queue.to_string(),
-                configured: partitions,
-                recorded,
-            });
-        }
-        Ok(recorded)
-    }
-
-    pub(crate) async fn registered_queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
-        let key = registry_key(&self.prefix);
-        let entries: Vec<(Vec<u8>, Vec<u8>)> = self
-            .read("queues", &key, |mut connection| {
-                let key = key.clone();
-                async move { connection.hgetall(&key).await }
-            })
-            .await?;
-        let mut queues = Vec::with_capacity(entries.len());
-        for (name, count) in entries {
-            let name = String::from_utf8_lossy(&name).into_owned();
-            let queue = QueueName::new(&name).map_err(|error| StorageError::CorruptRecord {
-                key: key.clone(),
-                field: name.clone(),
-                reason: error.to_string(),
-            })?;
-            let partitions = parse_partitions(&key, &name, count)?;
-            queues.push((queue, partitions));
-        }
-        queues.sort();
-        Ok(queues)
-    }
-
-    pub(crate) async fn remove(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool> {
+    pub(crate) async fn remove(&self, partition: &Partition, id: &TaskId) -> StorageResult<Cancel> {
         let keys = self.keys(partition);
         let mut invocation = SCRIPTS.cancel.prepare_invoke();
         invocation
@@ -86,7 +30,12 @@ impl RedisStore {
             .invoke(&invocation)
             .await
             .map_err(|error| map_error("cancel", &keys.tasks, error))?;
-        Ok(number(&reply) == Some(1))
+        match number(&reply) {
+            Some(1) => Ok(Cancel::Cancelled),
+            Some(2) => Ok(Cancel::InFlight),
+            Some(0) => Ok(Cancel::NotFound),
+            _ => Err(unexpected_reply("cancel", format!("{reply:?}"))),
+        }
     }
 
     pub(crate) async fn lookup(
@@ -286,20 +235,4 @@ impl RedisStore {
             }
         }
     }
-}
-
-/// A partition count read from the registry.
-fn parse_partitions(key: &str, queue: &str, raw: Vec<u8>) -> StorageResult<u32> {
-    std::str::from_utf8(&raw)
-        .ok()
-        .and_then(|text| text.parse::<u32>().ok())
-        .filter(|count| (1..=MAX_PARTITIONS).contains(count))
-        .ok_or_else(|| StorageError::CorruptRecord {
-            key: key.to_owned(),
-            field: queue.to_owned(),
-            reason: format!(
-                "partition count {:?} is not a number in 1..=65536",
-                String::from_utf8_lossy(&raw)
-            ),
-        })
 }

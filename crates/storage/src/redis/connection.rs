@@ -27,7 +27,7 @@ const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::
 /// `schedule_many`), so a bulk load never queues a claim behind its pipelines.
 ///
 /// Layout (DESIGN.md): per partition `<prefix>:{<queue>:<p>}:due|tasks|inflight|done|dead`,
-/// plus the queue registry `<prefix>:queues`. The record in `tasks` is a versioned text header
+/// plus the queue registry `<prefix>:{cluster}:queues`. The record in `tasks` is a versioned text header
 /// followed by the payload (`1|generation|attempt|claim|due|scheduled due|error length|error
 /// payload`); completed tasks keep only the header. Every change is one Lua script called by
 /// SHA, with every key passed through `KEYS`, so the store is ready for Redis Cluster.
@@ -49,6 +49,8 @@ pub struct RedisStore {
     pub(crate) options: StoreOptions,
     /// The longest one operation may take: a response timeout plus a reconnection.
     pub(crate) deadline: Duration,
+    /// The queue registry's per-process state (legacy merge, bad entries reported).
+    pub(crate) registry: Arc<super::registry::RegistryState>,
     shown_url: Arc<str>,
 }
 
@@ -143,6 +145,7 @@ impl RedisStore {
             prefix: Arc::from(options.key_prefix),
             options: options.store,
             deadline: response_timeout + connect_timeout,
+            registry: Arc::default(),
             shown_url,
         })
     }

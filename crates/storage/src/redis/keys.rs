@@ -6,7 +6,7 @@
 
 use crate::model::Partition;
 
-/// The five keys of one partition.
+/// The keys of one partition: the five of DESIGN.md and the claim receipt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct PartitionKeys {
     /// `ZSET id -> due_ms`: pending tasks.
@@ -19,6 +19,9 @@ pub(crate) struct PartitionKeys {
     pub done: String,
     /// `ZSET id -> failed_ms`: dead letters.
     pub dead: String,
+    /// `STRING`: the receipt of the partition's latest claim, kept for one lease, so that a
+    /// claim whose reply was lost can be recovered (`recover_claim.lua`).
+    pub receipt: String,
 }
 
 impl PartitionKeys {
@@ -31,12 +34,20 @@ impl PartitionKeys {
             inflight: format!("{base}inflight"),
             done: format!("{base}done"),
             dead: format!("{base}dead"),
+            receipt: format!("{base}claim"),
         }
     }
 }
 
-/// `<prefix>:queues`: `HASH queue -> partition count`.
+/// `<prefix>:{cluster}:queues`: `HASH queue -> partition count`, in the coordinator's slot,
+/// so every key delayq writes carries a hash tag.
 pub(crate) fn registry_key(prefix: &str) -> String {
+    format!("{prefix}:{{cluster}}:queues")
+}
+
+/// `<prefix>:queues`: where releases before the `{cluster}` slot kept the registry; read once
+/// per process and merged into [`registry_key`], so an upgrade loses no queue.
+pub(crate) fn legacy_registry_key(prefix: &str) -> String {
     format!("{prefix}:queues")
 }
 
@@ -54,6 +65,8 @@ mod tests {
         assert_eq!(keys.inflight, "delayq:{order-timeout:7}:inflight");
         assert_eq!(keys.done, "delayq:{order-timeout:7}:done");
         assert_eq!(keys.dead, "delayq:{order-timeout:7}:dead");
-        assert_eq!(registry_key("delayq"), "delayq:queues");
+        assert_eq!(keys.receipt, "delayq:{order-timeout:7}:claim");
+        assert_eq!(registry_key("delayq"), "delayq:{cluster}:queues");
+        assert_eq!(legacy_registry_key("delayq"), "delayq:queues");
     }
 }

@@ -36,39 +36,83 @@ impl RedisStore {
             .key(&keys.due)
             .key(&keys.tasks)
             .key(&keys.inflight)
+            .key(&keys.dead)
+            .key(&keys.receipt)
             .arg(now_ms)
             .arg(limit)
-            .arg(lease_deadline_ms);
+            .arg(lease_deadline_ms)
+            .arg(owner)
+            .arg(self.options.max_claim_bytes);
         let reply = self
             .invoke(&invocation)
             .await
             .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
         let mut values = expect_array(OPERATION, reply)?.into_iter();
         let next_due_ms = match values.next() {
-            None | Some(Value::Nil) => None,
+            None | Some(Value::Nil) | Some(Value::Boolean(false)) => None,
             Some(value) => Some(expect_number(OPERATION, &value, "the next due time")?),
         };
-        let mut tasks = Vec::with_capacity(values.len() / 2);
-        while let (Some(id), Some(raw)) = (values.next(), values.next()) {
-            let id = task_id(&keys.due, id)?;
-            let record = decode(&keys.tasks, &id, raw)?;
-            let due_ms = explicit_due(&keys.tasks, &id, &record)?;
-            tasks.push(ClaimedTask {
-                token: LeaseToken {
-                    partition: partition.clone(),
-                    id: id.clone(),
-                    generation: record.generation,
-                    claim: record.claim,
-                },
-                id,
-                due_ms,
-                attempt: record.attempt,
-                generation: record.generation,
-                payload: record.payload,
-            });
+        let claimed = match values.next() {
+            Some(count) => expect_number(OPERATION, &count, "the claimed count")?,
+            None => return Err(unexpected_reply(OPERATION, "no claimed count")),
+        };
+        let tasks = claimed_tasks(
+            partition,
+            &keys.tasks,
+            values.by_ref().take(2 * claimed as usize),
+        );
+        let mut dead_lettered = Vec::new();
+        while let (Some(id), Some(reason)) = (values.next(), values.next()) {
+            let reason = text(reason).unwrap_or_default();
+            match task_id(&keys.due, id) {
+                Ok(id) => {
+                    tracing::warn!(%partition, %id, reason, "a due record could not be decoded: moved to the dead letters");
+                    dead_lettered.push((id, reason));
+                }
+                Err(error) => {
+                    tracing::warn!(%partition, %error, "a poisoned record with an unreadable id was dead-lettered")
+                }
+            }
         }
         tracing::trace!(%partition, owner, claimed = tasks.len(), ?next_due_ms, "claimed");
-        Ok(ClaimBatch { tasks, next_due_ms })
+        Ok(ClaimBatch {
+            tasks,
+            next_due_ms,
+            dead_lettered,
+        })
+    }
+
+    pub(crate) async fn recover(
+        &self,
+        partition: &Partition,
+        owner: &str,
+        lease_deadline_ms: u64,
+    ) -> StorageResult<ClaimBatch> {
+        const OPERATION: &str = "recover_claim";
+        let keys = self.keys(partition);
+        // Reads only: retried like a read.
+        let reply = self
+            .read(OPERATION, &keys.tasks, |mut connection| {
+                let mut invocation = SCRIPTS.recover_claim.prepare_invoke();
+                invocation
+                    .key(&keys.tasks)
+                    .key(&keys.inflight)
+                    .key(&keys.receipt)
+                    .arg(owner)
+                    .arg(lease_deadline_ms);
+                async move { invocation.invoke_async(&mut connection).await }
+            })
+            .await?;
+        let values = expect_array(OPERATION, reply)?;
+        let tasks = claimed_tasks(partition, &keys.tasks, values.into_iter());
+        if !tasks.is_empty() {
+            tracing::info!(%partition, owner, recovered = tasks.len(), "recovered the tasks of a claim whose reply was lost");
+        }
+        Ok(ClaimBatch {
+            tasks,
+            next_due_ms: None,
+            dead_lettered: Vec::new(),
+        })
     }
 
     pub(crate) async fn peek(
@@ -281,6 +325,43 @@ impl RedisStore {
         }
         Ok(ids)
     }
+}
+
+/// The `(id, record)` pairs of a claim reply as tasks. A pair that cannot be read is logged
+/// and left out, never failing the others: they are in flight already, and the one left out
+/// comes back when its lease runs out.
+fn claimed_tasks(
+    partition: &Partition,
+    tasks_key: &str,
+    mut values: impl Iterator<Item = Value>,
+) -> Vec<ClaimedTask> {
+    let mut tasks = Vec::new();
+    while let (Some(id), Some(raw)) = (values.next(), values.next()) {
+        let task = task_id(tasks_key, id).and_then(|id| {
+            let record = decode(tasks_key, &id, raw)?;
+            let due_ms = explicit_due(tasks_key, &id, &record)?;
+            Ok(ClaimedTask {
+                token: LeaseToken {
+                    partition: partition.clone(),
+                    id: id.clone(),
+                    generation: record.generation,
+                    claim: record.claim,
+                },
+                id,
+                due_ms,
+                attempt: record.attempt,
+                generation: record.generation,
+                payload: record.payload,
+            })
+        });
+        match task {
+            Ok(task) => tasks.push(task),
+            Err(error) => {
+                tracing::error!(%partition, %error, "a claimed task could not be read; it comes back when its lease runs out")
+            }
+        }
+    }
+    tasks
 }
 
 /// Decodes a record read from `tasks_key` field `id`.

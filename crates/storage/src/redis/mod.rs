@@ -2,7 +2,7 @@
 //!
 //! # Layout
 //! Each queue partition is five keys sharing the hash tag `{<queue>:<index>}` (one Redis
-//! Cluster slot per partition), exactly as DESIGN.md fixes them:
+//! Cluster slot per partition), exactly as DESIGN.md fixes them, plus a claim receipt:
 //!
 //! ```text
 //! <prefix>:{<queue>:<p>}:due        ZSET id -> due_ms            pending
@@ -10,7 +10,8 @@
 //! <prefix>:{<queue>:<p>}:inflight   ZSET id -> lease deadline    claimed
 //! <prefix>:{<queue>:<p>}:done       ZSET id -> completed_ms      executed-set (dedup)
 //! <prefix>:{<queue>:<p>}:dead       ZSET id -> failed_ms         dead letters
-//! <prefix>:queues                   HASH queue -> partition count
+//! <prefix>:{<queue>:<p>}:claim      STRING                       receipt of the latest claim
+//! <prefix>:{cluster}:queues         HASH queue -> partition count (registry.rs)
 //! ```
 //!
 //! Every change is one Lua script (`lua/*.lua`, each with its `KEYS`/`ARGV`/reply contract on
@@ -24,8 +25,10 @@
 //! is 24 bytes and a 50-byte payload keeps the value in jemalloc's 80-byte class (about 196 B
 //! of Redis memory per pending task beyond the payload, measured). Completed tasks keep only
 //! the header (no payload, no error): what dedup needs. A record that does not decode,
-//! or carries an unknown version, is reported as `CorruptRecord` with its key and field;
-//! `cancel` never decodes, so it can always remove one.
+//! or carries an unknown version, is reported as `CorruptRecord` with its key and field by
+//! `get`, `ack` and `fail`; `claim_due` moves such a record to the dead letters instead (its
+//! payload is the record as it was, its last error the reason), so it never blocks its
+//! partition. Generation 0 marks a task cancelled while its handler ran.
 //!
 //! # Generations, leases and fencing
 //! A new id starts at generation = Redis `TIME` in µs and each later schedule adds 1, so a
@@ -56,6 +59,7 @@ mod error_map;
 mod keys;
 mod lease;
 mod record;
+mod registry;
 mod reply;
 mod schedule;
 mod scripts;

@@ -42,11 +42,12 @@ pub(crate) struct Scripts {
     pub list_dead: Script,
     pub retry_dead: Script,
     pub purge_dead: Script,
+    pub recover_claim: Script,
 }
 
 impl Scripts {
     /// All of them, for preloading.
-    pub(crate) fn all(&self) -> [&Script; 12] {
+    pub(crate) fn all(&self) -> [&Script; 13] {
         [
             &self.schedule,
             &self.claim_due,
@@ -60,6 +61,7 @@ impl Scripts {
             &self.list_dead,
             &self.retry_dead,
             &self.purge_dead,
+            &self.recover_claim,
         ]
     }
 }
@@ -71,11 +73,15 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ack: script(&[RECORD, LEASE, UTIL], include_str!("../../lua/ack.lua")),
     fail: script(&[RECORD, LEASE, UTIL], include_str!("../../lua/fail.lua")),
     renew: script(&[RECORD, LEASE], include_str!("../../lua/renew.lua")),
-    requeue_expired: script(&[UTIL], include_str!("../../lua/requeue_expired.lua")),
+    requeue_expired: script(
+        &[RECORD, UTIL],
+        include_str!("../../lua/requeue_expired.lua"),
+    ),
     cancel: script(&[], include_str!("../../lua/cancel.lua")),
     get: script(&[], include_str!("../../lua/get.lua")),
     prune_done: script(&[UTIL], include_str!("../../lua/prune_done.lua")),
     list_dead: script(&[], include_str!("../../lua/list_dead.lua")),
     retry_dead: script(&[RECORD], include_str!("../../lua/retry_dead.lua")),
     purge_dead: script(&[UTIL], include_str!("../../lua/purge_dead.lua")),
+    recover_claim: script(&[RECORD], include_str!("../../lua/recover_claim.lua")),
 });

@@ -5,8 +5,8 @@ use async_trait::async_trait;
 
 use crate::error::StorageResult;
 use crate::model::{
-    AckOutcome, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask, Partition,
-    PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
+    AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask,
+    Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
 };
 use crate::store::{ItemResult, TaskStore};
 
@@ -39,7 +39,7 @@ impl TaskStore for RedisStore {
         self.schedule_batch(items, mode).await
     }
 
-    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<bool> {
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<Cancel> {
         self.remove(partition, id).await
     }
 
@@ -57,6 +57,15 @@ impl TaskStore for RedisStore {
     ) -> StorageResult<ClaimBatch> {
         self.claim(partition, now_ms, limit, lease_deadline_ms, owner)
             .await
+    }
+
+    async fn recover_claim(
+        &self,
+        partition: &Partition,
+        owner: &str,
+        lease_deadline_ms: u64,
+    ) -> StorageResult<ClaimBatch> {
+        self.recover(partition, owner, lease_deadline_ms).await
     }
 
     async fn peek_window(

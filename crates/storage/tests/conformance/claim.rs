@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use bytes::Bytes;
-use delayq_storage::{partition_of, Partition, StoreOptions, TaskState};
+use delayq_storage::{partition_of, AckOutcome, Partition, ScheduleMode, StoreOptions, TaskState};
 
 use super::*;
 
@@ -211,4 +211,130 @@ pub async fn partitions_are_independent(make: Make) {
     assert_eq!(store.stats(&p0, T0 + 10).await.expect("stats").pending, 0);
     assert_eq!(store.stats(&p1, T0 + 10).await.expect("stats").pending, 1);
     assert_eq!(ids(&claim_all(&store, &p1, T0 + 10).await), [one.as_str()]);
+}
+
+pub async fn claim_due_returns_at_most_max_claim_bytes_but_at_least_one_task(make: Make) {
+    let options = StoreOptions {
+        max_claim_bytes: 250,
+        ..StoreOptions::default()
+    };
+    let (store, p) = setup_with(make, options).await;
+    for (k, name) in ["a", "b", "c", "d"].iter().enumerate() {
+        let task = NewTask {
+            id: id(name),
+            due_ms: T0 + k as u64,
+            payload: Bytes::from(vec![b'x'; 100]),
+        };
+        store
+            .schedule(&p, task, ScheduleMode::Upsert)
+            .await
+            .expect("schedule");
+    }
+    let first = store
+        .claim_due(&p, T0 + 10, 100, LEASE, "conformance")
+        .await
+        .expect("claim");
+    assert_eq!(
+        ids(&first.tasks),
+        ["a", "b"],
+        "two payloads of 100 fit in 250 bytes"
+    );
+    assert_eq!(first.next_due_ms, Some(T0 + 2));
+    let big = NewTask {
+        id: id("big"),
+        due_ms: T0,
+        payload: Bytes::from(vec![b'y'; 1_000]),
+    };
+    store
+        .schedule(&p, big, ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    let second = store
+        .claim_due(&p, T0 + 10, 100, LEASE, "conformance")
+        .await
+        .expect("claim");
+    assert_eq!(
+        ids(&second.tasks),
+        ["big"],
+        "one task over the budget still comes alone"
+    );
+    assert_eq!(claim_all(&store, &p, T0 + 10).await.len(), 2);
+}
+
+pub async fn recover_claim_returns_the_tasks_of_a_lost_reply_with_their_tokens(make: Make) {
+    let (store, p) = setup(make).await;
+    for (k, name) in ["a", "b", "c"].iter().enumerate() {
+        schedule(&store, &p, name, T0 + k as u64).await;
+    }
+    let lost = store
+        .claim_due(&p, T0 + 10, 10, LEASE, "node-1")
+        .await
+        .expect("claim");
+    let recovered = store
+        .recover_claim(&p, "node-1", LEASE)
+        .await
+        .expect("recover");
+    assert_eq!(
+        recovered.tasks, lost.tasks,
+        "the same tasks, payloads and tokens"
+    );
+    assert_eq!(
+        ack(&store, &recovered.tasks[0]).await,
+        AckOutcome::Completed
+    );
+    assert_eq!(
+        store.cancel(&p, &id("b")).await.expect("cancel"),
+        delayq_storage::Cancel::InFlight
+    );
+    let again = store
+        .recover_claim(&p, "node-1", LEASE)
+        .await
+        .expect("recover");
+    assert_eq!(
+        ids(&again.tasks),
+        ["c"],
+        "acked and cancelled tasks are not handed out"
+    );
+}
+
+pub async fn recover_claim_of_another_claim_is_empty(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    schedule(&store, &p, "b", T0 + 1).await;
+    assert!(store
+        .recover_claim(&p, "node-1", LEASE)
+        .await
+        .expect("recover before any claim")
+        .tasks
+        .is_empty());
+    let first = store
+        .claim_due(&p, T0, 10, LEASE, "node-1")
+        .await
+        .expect("claim");
+    assert_eq!(ids(&first.tasks), ["a"]);
+    for (owner, deadline) in [("node-2", LEASE), ("node-1", LEASE + 1)] {
+        let other = store
+            .recover_claim(&p, owner, deadline)
+            .await
+            .expect("recover");
+        assert!(other.tasks.is_empty(), "{owner} with {deadline}");
+    }
+    store
+        .claim_due(&p, T0 + 1, 10, LEASE, "node-2")
+        .await
+        .expect("claim");
+    assert!(
+        store
+            .recover_claim(&p, "node-1", LEASE)
+            .await
+            .expect("recover")
+            .tasks
+            .is_empty(),
+        "a later claim replaced node-1's receipt: its tasks come back by lease expiry"
+    );
+    let requeued = store
+        .requeue_expired(&p, LEASE + 1, 10)
+        .await
+        .expect("requeue");
+    assert_eq!(requeued.len(), 2);
 }

@@ -151,7 +151,10 @@ pub async fn purge_dead_of_all_deletes_every_dead_letter_of_the_partition(make: 
 pub async fn cancel_removes_a_dead_task(make: Make) {
     let (store, p) = setup(make).await;
     schedule_dead(&store, &p, "a", T0, "boom").await;
-    assert!(store.cancel(&p, &id("a")).await.expect("cancel"));
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel"),
+        delayq_storage::Cancel::Cancelled
+    );
     assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
     assert!(store.list_dead(&p, 10).await.expect("list_dead").is_empty());
 }

@@ -211,7 +211,10 @@ pub async fn rearming_an_id_forgets_its_done_record(make: Make) {
         },
         "a live task is replaced, whatever fired before"
     );
-    assert!(store.cancel(&p, &id("a")).await.expect("cancel"));
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel"),
+        delayq_storage::Cancel::Cancelled
+    );
     assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
 }
 
@@ -227,5 +230,76 @@ pub async fn with_zero_retention_ack_keeps_no_done_record(make: Make) {
     assert_eq!(
         schedule(&store, &p, "a", T0).await,
         ScheduleOutcome::Created
+    );
+}
+
+pub async fn same_id_and_due_while_inflight_is_duplicate_and_changes_nothing(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let claimed = claim_one(&store, &p, T0).await;
+    let before = get(&store, &p, "a").await;
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate,
+        "a resend of the fire that is running"
+    );
+    assert_eq!(get(&store, &p, "a").await, before, "no new generation");
+    assert!(
+        claim_all(&store, &p, MAX_DUE_MS).await.is_empty(),
+        "nothing new to run"
+    );
+    assert_eq!(ack(&store, &claimed).await, AckOutcome::Completed);
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate
+    );
+}
+
+pub async fn same_id_and_due_while_a_retry_runs_is_duplicate(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let first = claim_one(&store, &p, T0).await;
+    retry_at(&store, &first, "boom", T0 + 1_000).await;
+    let second = claim_one(&store, &p, T0 + 1_000).await;
+    assert_eq!(second.attempt, 2);
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate,
+        "the scheduled due, not the retry's, is the dedup key"
+    );
+    assert_eq!(ack(&store, &second).await, AckOutcome::Completed);
+}
+
+pub async fn another_due_while_inflight_replaces_and_fires_at_the_new_due(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let claimed = claim_one(&store, &p, T0).await;
+    assert_eq!(
+        schedule(&store, &p, "a", T0 + 5_000).await,
+        ScheduleOutcome::Replaced {
+            previous_due_ms: T0
+        }
+    );
+    let info = get(&store, &p, "a").await;
+    assert_eq!((info.state, info.due_ms), (TaskState::Pending, T0 + 5_000));
+    assert_ne!(info.generation, claimed.generation);
+    assert_eq!(ack(&store, &claimed).await, AckOutcome::Superseded);
+    assert_eq!(claim_all(&store, &p, T0 + 5_000).await.len(), 1);
+}
+
+pub async fn with_zero_retention_a_resend_while_inflight_replaces(make: Make) {
+    let options = StoreOptions {
+        executed_retention_ms: 0,
+        ..StoreOptions::default()
+    };
+    let (store, p) = setup_with(make, options).await;
+    schedule(&store, &p, "a", T0).await;
+    claim_one(&store, &p, T0).await;
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Replaced {
+            previous_due_ms: T0
+        },
+        "dedup is off"
     );
 }

@@ -166,3 +166,13 @@ pub async fn due_beyond_year_9999_is_rejected_and_nothing_is_stored(make: Make) 
         .expect("the last millisecond of 9999 is allowed");
     assert_eq!(get(&store, &p, "far").await.due_ms, MAX_DUE_MS);
 }
+
+pub async fn task_id_with_a_nul_byte_is_rejected(_make: Make) {
+    match TaskId::new("order\u{0}42") {
+        Err(StorageError::InvalidTaskId { id, reason }) => {
+            assert!(reason.contains("NUL"), "{reason}");
+            assert!(id.contains("order"), "{id}");
+        }
+        other => panic!("expected InvalidTaskId, got {other:?}"),
+    }
+}

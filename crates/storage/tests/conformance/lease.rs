@@ -3,7 +3,8 @@
 
 use bytes::Bytes;
 use delayq_storage::{
-    AckOutcome, FailAction, FailOutcome, ScheduleOutcome, StorageError, TaskState, MAX_DUE_MS,
+    AckOutcome, Cancel, FailAction, FailOutcome, ScheduleOutcome, StorageError, TaskState,
+    MAX_DUE_MS,
 };
 
 use super::*;
@@ -245,25 +246,62 @@ pub async fn fail_retry_at_is_claimable_at_the_new_time_only(make: Make) {
     assert_eq!((retried.attempt, retried.due_ms), (2, T0 + 1_000));
 }
 
-pub async fn cancel_removes_an_inflight_task(make: Make) {
+pub async fn cancel_of_an_inflight_task_answers_inflight_and_lets_it_finish(make: Make) {
     let (store, p) = setup(make).await;
     schedule(&store, &p, "a", T0).await;
-    claim_one(&store, &p, T0).await;
-    assert!(store.cancel(&p, &id("a")).await.expect("cancel"));
-    assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
-    assert_eq!(store.stats(&p, T0).await.expect("stats").inflight, 0);
-    assert!(store
-        .requeue_expired(&p, MAX_DUE_MS, 10)
+    let claimed = claim_one_until(&store, &p, T0, T0 + 1_000).await;
+    let outcome = store.cancel(&p, &id("a")).await.expect("cancel");
+    assert_eq!(outcome, Cancel::InFlight);
+    assert!(!outcome.cancelled());
+    assert_eq!(outcome.state(), Some("inflight"));
+    assert_eq!(
+        get(&store, &p, "a").await.state,
+        TaskState::Inflight,
+        "it still runs"
+    );
+    store
+        .renew(&claimed.token, T0 + 2_000)
         .await
-        .expect("requeue")
-        .is_empty());
+        .expect("a cancelled task's running attempt keeps its lease");
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel again"),
+        Cancel::InFlight
+    );
+    assert!(
+        store
+            .requeue_expired(&p, T0 + 3_000, 10)
+            .await
+            .expect("requeue")
+            .is_empty(),
+        "a lapsed lease of a cancelled task is dropped, not requeued"
+    );
+    assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
+    let stats = store.stats(&p, T0).await.expect("stats");
+    assert_eq!((stats.pending, stats.inflight), (0, 0));
+    assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
+}
+
+pub async fn cancel_of_a_task_waiting_for_a_retry_is_cancelled(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let claimed = claim_one(&store, &p, T0).await;
+    retry_at(&store, &claimed, "boom", T0 + 1_000).await;
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel"),
+        Cancel::Cancelled
+    );
+    assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
+    assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
 }
 
 pub async fn cancel_after_claim_makes_ack_superseded(make: Make) {
     let (store, p) = setup(make).await;
     schedule(&store, &p, "a", T0).await;
     let claimed = claim_one(&store, &p, T0).await;
-    assert!(store.cancel(&p, &id("a")).await.expect("cancel"));
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel"),
+        Cancel::InFlight
+    );
     assert_eq!(
         store.ack(&claimed.token).await.expect("ack"),
         AckOutcome::Superseded
@@ -271,8 +309,9 @@ pub async fn cancel_after_claim_makes_ack_superseded(make: Make) {
     assert_eq!(
         store.get(&p, &id("a")).await.expect("get"),
         None,
-        "no done record"
+        "no done record: the task is gone once its last attempt ended"
     );
+    assert_eq!(store.stats(&p, T0).await.expect("stats").inflight, 0);
     assert_eq!(
         schedule(&store, &p, "a", T0).await,
         ScheduleOutcome::Created,
@@ -284,7 +323,10 @@ pub async fn cancel_after_claim_makes_fail_superseded(make: Make) {
     let (store, p) = setup(make).await;
     schedule(&store, &p, "a", T0).await;
     let claimed = claim_one(&store, &p, T0).await;
-    assert!(store.cancel(&p, &id("a")).await.expect("cancel"));
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel"),
+        Cancel::InFlight
+    );
     let retry = store
         .fail(&claimed.token, "boom", FailAction::RetryAt(T0 + 10))
         .await;
@@ -356,10 +398,14 @@ pub async fn ack_after_cancel_and_schedule_again_is_superseded_and_keeps_the_new
     let (store, p) = setup(make).await;
     schedule(&store, &p, "a", T0).await;
     let claimed = claim_one(&store, &p, T0).await;
-    assert!(store.cancel(&p, &id("a")).await.expect("cancel"));
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel"),
+        Cancel::InFlight
+    );
     assert_eq!(
         schedule(&store, &p, "a", T0).await,
-        ScheduleOutcome::Created
+        ScheduleOutcome::Created,
+        "after a cancel, the same id and due is a new schedule, not a resend"
     );
     assert_eq!(
         store.ack(&claimed.token).await.expect("ack"),

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use delayq_storage::{AckOutcome, ScheduleMode, ScheduleOutcome, StorageError, TaskState};
+use delayq_storage::{AckOutcome, Cancel, ScheduleMode, ScheduleOutcome, StorageError, TaskState};
 use tokio::task::JoinSet;
 
 use super::*;
@@ -93,9 +93,19 @@ pub async fn cancel_racing_claim_never_both_cancels_and_completes(make: Make) {
             )
         };
         let completed = acked == Some(AckOutcome::Completed);
+        let claimed = acked.is_some();
+        match cancelled {
+            Cancel::Cancelled => assert!(!claimed, "round {round}: cancelled, yet claimed"),
+            Cancel::InFlight => assert_eq!(
+                acked,
+                Some(AckOutcome::Superseded),
+                "round {round}: cancelled while running: its ack ends it"
+            ),
+            Cancel::NotFound => assert!(completed, "round {round}: not found, yet not done"),
+        }
         assert!(
-            cancelled != completed,
-            "round {round}: cancelled={cancelled}, ack={acked:?}: exactly one of them must win"
+            cancelled.cancelled() != claimed,
+            "round {round}: cancelled={cancelled:?}, ack={acked:?}: exactly one of them must win"
         );
         let state = store
             .get(&p, &id(&name))
@@ -139,7 +149,11 @@ pub async fn ack_racing_requeue_expired_is_all_or_nothing(make: Make) {
             (Err(StorageError::StaleLease { .. }), [requeued]) if requeued.as_str() == name => {
                 assert_eq!(state, TaskState::Pending);
                 // Leave the partition empty for the next round.
-                assert!(store.cancel(&p, &id(&name)).await.expect("cancel"));
+                assert!(store
+                    .cancel(&p, &id(&name))
+                    .await
+                    .expect("cancel")
+                    .cancelled());
             }
             (acked, requeued) => {
                 panic!(

@@ -2,8 +2,8 @@
 
 use bytes::Bytes;
 use delayq_storage::{
-    partition_of, NewTask, Partition, ScheduleMode, ScheduleOutcome, StorageError, StoreOptions,
-    TaskState,
+    partition_of, Cancel, NewTask, Partition, ScheduleMode, ScheduleOutcome, StorageError,
+    StoreOptions, TaskState,
 };
 
 use super::*;
@@ -187,18 +187,23 @@ pub async fn upsert_replaces_a_dead_task_with_a_pending_one(make: Make) {
 pub async fn cancel_removes_a_pending_task(make: Make) {
     let (store, p) = setup(make).await;
     schedule(&store, &p, "a", T0).await;
-    assert!(store.cancel(&p, &id("a")).await.expect("cancel"));
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel"),
+        Cancel::Cancelled
+    );
     assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
     assert!(claim_all(&store, &p, T0 + 60_000).await.is_empty());
-    assert!(!store.cancel(&p, &id("a")).await.expect("cancel again"));
+    assert_eq!(
+        store.cancel(&p, &id("a")).await.expect("cancel again"),
+        Cancel::NotFound
+    );
 }
 
 pub async fn cancel_of_an_unknown_id_returns_false(make: Make) {
     let (store, p) = setup(make).await;
-    assert!(!store
-        .cancel(&p, &id("never-scheduled"))
-        .await
-        .expect("cancel"));
+    let outcome = store.cancel(&p, &id("never-scheduled")).await;
+    assert_eq!(outcome.expect("cancel"), Cancel::NotFound);
+    assert!(!Cancel::NotFound.cancelled() && Cancel::NotFound.state().is_none());
 }
 
 pub async fn get_of_an_unknown_id_returns_none(make: Make) {

@@ -11,6 +11,9 @@ enum Lease {
     /// The lease ran out and the task was requeued, claimed again, or finished by another
     /// claimer.
     Stale,
+    /// The token holds the lease, but the task was cancelled while its handler ran: this
+    /// attempt is its last.
+    Cancelled,
 }
 
 /// A token that does not hold its lease: the error is built by the caller, who knows the
@@ -20,6 +23,10 @@ pub(in crate::memory) struct StaleLease;
 impl PartitionState {
     fn lease(&self, token: &LeaseToken) -> Lease {
         match self.tasks.get(&token.id) {
+            Some(record) if record.generation == 0 => match record.place {
+                Place::Inflight { claim, .. } if claim == token.claim => Lease::Cancelled,
+                _ => Lease::Stale,
+            },
             Some(record) if record.generation != token.generation => Lease::Superseded,
             Some(record) => match record.place {
                 Place::Inflight { claim, .. } if claim == token.claim => Lease::Held,
@@ -50,6 +57,13 @@ impl PartitionState {
         lease
     }
 
+    /// Ends a task cancelled while its handler ran: it is forgotten, no done record.
+    fn forget_cancelled(&mut self, id: &crate::model::TaskId) {
+        if let Some(record) = self.tasks.remove(id) {
+            self.unindex(id, record.place);
+        }
+    }
+
     /// Completes the task behind `token`: `Ok(true)` completed, `Ok(false)` superseded.
     /// With a retention of 0 no done record is kept.
     pub(in crate::memory) fn ack(
@@ -61,6 +75,10 @@ impl PartitionState {
         match self.check(token) {
             Lease::Stale => return Err(StaleLease),
             Lease::Superseded => return Ok(false),
+            Lease::Cancelled => {
+                self.forget_cancelled(&token.id);
+                return Ok(false);
+            }
             Lease::Held => {}
         }
         let Some(record) = self.tasks.remove(&token.id) else {
@@ -96,6 +114,10 @@ impl PartitionState {
         match self.check(token) {
             Lease::Stale => return Err(StaleLease),
             Lease::Superseded => return Ok(FailOutcome::Superseded),
+            Lease::Cancelled => {
+                self.forget_cancelled(&token.id);
+                return Ok(FailOutcome::Superseded);
+            }
             Lease::Held => {}
         }
         let Some(record) = self.tasks.get_mut(&token.id) else {
@@ -131,7 +153,7 @@ impl PartitionState {
         token: &LeaseToken,
         lease_deadline_ms: u64,
     ) -> Result<(), StaleLease> {
-        if !matches!(self.lease(token), Lease::Held) {
+        if !matches!(self.lease(token), Lease::Held | Lease::Cancelled) {
             return Err(StaleLease);
         }
         let Some(record) = self.tasks.get_mut(&token.id) else {
@@ -155,7 +177,8 @@ impl PartitionState {
 
     /// Takes up to `limit` leases that ran out before `now_ms` out of flight: their tasks
     /// go back to pending, due at `now_ms`, same attempt. A superseded claim's lease is only
-    /// dropped (its id is pending already) and not returned, but counts toward `limit`.
+    /// dropped (its id is pending already) and not returned, but counts toward `limit`; a task
+    /// cancelled while it ran is forgotten.
     pub(in crate::memory) fn requeue_expired(&mut self, now_ms: u64, limit: usize) -> Vec<TaskId> {
         let mut requeued = Vec::new();
         for _ in 0..limit {
@@ -170,7 +193,14 @@ impl PartitionState {
                 self.superseded.remove(&id);
                 continue;
             }
-            if let Some(record) = self.tasks.get_mut(&id) {
+            if self
+                .tasks
+                .get(&id)
+                .is_some_and(|record| record.generation == 0)
+            {
+                // Cancelled while it ran: its last attempt is over.
+                self.tasks.remove(&id);
+            } else if let Some(record) = self.tasks.get_mut(&id) {
                 record.place = Place::Pending { at_ms: now_ms };
                 self.due.insert(now_ms, id.clone());
                 requeued.push(id);

@@ -10,12 +10,15 @@ use bytes::Bytes;
 
 mod admin;
 mod lease;
+mod receipt;
 
 pub(super) use self::lease::StaleLease;
+pub(super) use self::receipt::ClaimRequest;
+use self::receipt::Receipt;
 use super::index::TimeIndex;
 use crate::model::{
-    ClaimBatch, ClaimedTask, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome, TaskId,
-    TaskInfo, TaskState,
+    Cancel, ClaimBatch, ClaimedTask, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome,
+    TaskId, TaskInfo, TaskState,
 };
 
 /// A live task: pending, in flight or dead.
@@ -28,6 +31,8 @@ struct Record {
     /// through retries and lease expiries.
     scheduled_due_ms: u64,
     attempt: u32,
+    /// 0 marks a task cancelled while its handler ran (as in the Redis backend): its running
+    /// attempt is the last.
     generation: u64,
     payload: Bytes,
     last_error: Option<String>,
@@ -85,6 +90,8 @@ pub(super) struct PartitionState {
     /// The source of generations and claim numbers: strictly increasing in the partition, so
     /// a generation is never reused for an id, not even after a cancel.
     sequence: u64,
+    /// The latest claim, for `recover_claim`.
+    receipt: Option<Receipt>,
 }
 
 impl Record {
@@ -147,10 +154,33 @@ impl PartitionState {
         // A live task wins over the executed-set: dedup only guards an id that is not live,
         // and re-arming an id (another due) forgets its done record.
         let outcome = match self.tasks.get(&task.id) {
+            // Cancelled while its handler runs: a new life, as for an unknown id.
+            Some(existing) if existing.generation == 0 => {
+                if let Place::Inflight {
+                    claim,
+                    lease_deadline_ms,
+                } = existing.place
+                {
+                    let old = Superseded {
+                        claim,
+                        lease_deadline_ms,
+                    };
+                    self.superseded.insert(task.id.clone(), old);
+                }
+                ScheduleOutcome::Created
+            }
             Some(existing) if mode == ScheduleMode::IfAbsent => {
                 return ScheduleOutcome::Kept {
                     due_ms: existing.current_due_ms(),
                 }
+            }
+            // In flight for this very due: a resend of the fire that is running.
+            Some(existing)
+                if matches!(existing.place, Place::Inflight { .. })
+                    && retention_ms > 0
+                    && existing.scheduled_due_ms == task.due_ms =>
+            {
+                return ScheduleOutcome::Duplicate
             }
             Some(existing) => {
                 let (place, previous_due_ms) = (existing.place, existing.current_due_ms());
@@ -195,16 +225,21 @@ impl PartitionState {
         outcome
     }
 
-    /// Removes a live task.
-    pub(super) fn cancel(&mut self, id: &TaskId) -> bool {
-        match self.tasks.remove(id) {
-            Some(record) => {
-                self.unindex(id, record.place);
-                self.drop_superseded(id);
-                true
-            }
-            None => false,
+    /// Cancels a task: removes a pending or dead one; marks one in flight (generation 0) so
+    /// that its running attempt is the last.
+    pub(super) fn cancel(&mut self, id: &TaskId) -> Cancel {
+        let Some(record) = self.tasks.get_mut(id) else {
+            return Cancel::NotFound;
+        };
+        if let Place::Inflight { .. } = record.place {
+            record.generation = 0;
+            return Cancel::InFlight;
         }
+        let place = record.place;
+        self.tasks.remove(id);
+        self.unindex(id, place);
+        self.drop_superseded(id);
+        Cancel::Cancelled
     }
 
     /// The task as `get` reports it; done records only within the retention.
@@ -241,19 +276,28 @@ impl PartitionState {
         })
     }
 
-    /// Moves up to `limit` due tasks to in-flight.
+    /// Moves up to `request.limit` due tasks to in-flight, at most `request.max_bytes` of
+    /// payload (but at least one task), and keeps the claim's receipt.
     pub(super) fn claim_due(
         &mut self,
         partition: &Partition,
-        now_ms: u64,
-        limit: usize,
-        lease_deadline_ms: u64,
+        request: &ClaimRequest<'_>,
     ) -> ClaimBatch {
-        let mut tasks = Vec::with_capacity(limit.min(self.due.len()));
-        while tasks.len() < limit {
-            let Some((_, id)) = self.due.pop_first_if(|due| due <= now_ms) else {
+        let mut tasks = Vec::with_capacity(request.limit.min(self.due.len()));
+        let mut bytes = 0usize;
+        while tasks.len() < request.limit {
+            let within_budget = |record: Option<&Record>| {
+                tasks.is_empty()
+                    || record.is_none_or(|record| bytes + record.payload.len() <= request.max_bytes)
+            };
+            let next = self.due.first();
+            let Some((due, id)) = next.filter(|(due, _)| *due <= request.now_ms) else {
                 break;
             };
+            if !within_budget(self.tasks.get(&id)) {
+                break;
+            }
+            self.due.remove(due, &id);
             // The new claim's lease replaces a superseded claim's entry, as in Redis, where
             // both are the id's one member of the in-flight set.
             self.drop_superseded(&id);
@@ -265,9 +309,10 @@ impl PartitionState {
             };
             record.place = Place::Inflight {
                 claim,
-                lease_deadline_ms,
+                lease_deadline_ms: request.lease_deadline_ms,
             };
-            self.inflight.insert(lease_deadline_ms, id.clone());
+            bytes += record.payload.len();
+            self.inflight.insert(request.lease_deadline_ms, id.clone());
             tasks.push(ClaimedTask {
                 token: LeaseToken {
                     partition: partition.clone(),
@@ -282,9 +327,13 @@ impl PartitionState {
                 payload: record.payload.clone(),
             });
         }
+        if !tasks.is_empty() {
+            self.receipt = Some(Receipt::of(request, &tasks));
+        }
         ClaimBatch {
             tasks,
             next_due_ms: self.due.first_at(),
+            dead_lettered: Vec::new(),
         }
     }
 

@@ -1,0 +1,35 @@
+-- recover_claim.lua: the tasks of a claim whose reply was lost, from its receipt.
+-- KEYS[1]: tasks      HASH id -> record
+-- KEYS[2]: inflight   ZSET id -> lease deadline
+-- KEYS[3]: receipt    STRING written by claim_due.lua: cjson [owner, lease deadline, [id, claim, ...]]
+-- ARGV[1]: owner of the lost claim
+-- ARGV[2]: its lease deadline in ms, as it was sent
+-- Returns: { id1, record1, id2, record2, ... }: the receipt's tasks that are still in flight
+-- under that very claim (the record's claim number is the receipt's), as claim_due returned
+-- them. Empty when the receipt is gone (expired, or the claim never ran) or is another
+-- claim's (owner or deadline differ): a later claim of the partition replaced it. Reads only.
+
+local tasks_key, inflight_key, receipt_key = KEYS[1], KEYS[2], KEYS[3]
+local out = {}
+local stored = redis.call('GET', receipt_key)
+if not stored then
+  return out
+end
+local ok, receipt = pcall(cjson.decode, stored)
+if not ok or type(receipt) ~= 'table' or receipt[1] ~= ARGV[1] or receipt[2] ~= ARGV[2]
+    or type(receipt[3]) ~= 'table' then
+  return out
+end
+local items = receipt[3]
+for i = 1, #items - 1, 2 do
+  local id, claim = items[i], tonumber(items[i + 1])
+  local raw = redis.call('HGET', tasks_key, id)
+  if raw and redis.call('ZSCORE', inflight_key, id) then
+    local rec = decode_record(raw)
+    if rec and rec.gen ~= 0 and rec.claim == claim then
+      out[#out + 1] = id
+      out[#out + 1] = raw
+    end
+  end
+end
+return out

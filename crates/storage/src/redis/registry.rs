@@ -1,0 +1,167 @@
+//! The queue registry: `<prefix>:{cluster}:queues`, `HASH queue -> partition count`.
+//!
+//! It lives in the coordinator's `{cluster}` slot, so every key delayq writes carries a hash
+//! tag. Releases before that kept it in `<prefix>:queues`; each process merges that old hash
+//! into the new one once (`HSETNX`, so a count already recorded wins), before its first use of
+//! the registry, and leaves it in place for nodes of the old release still running.
+//!
+//! One bad entry (a name that is not a queue name, a count that is not a number in
+//! `1..=65536`, both only writable by outside tooling) is logged once per process and skipped:
+//! it never hides the other queues from nodes adopting queues or from `delayq stats`.
+
+use std::collections::HashSet;
+
+use parking_lot::Mutex;
+use redis::AsyncCommands;
+use tokio::sync::OnceCell;
+
+use crate::error::{StorageError, StorageResult};
+use crate::model::QueueName;
+
+use super::connection::RedisStore;
+use super::keys::{legacy_registry_key, registry_key};
+
+/// The most partitions a queue may have.
+pub(crate) const MAX_PARTITIONS: u32 = 65_536;
+
+/// What a store remembers about the registry: whether the legacy hash was merged, and which
+/// bad entries were already reported.
+#[derive(Debug, Default)]
+pub(crate) struct RegistryState {
+    migrated: OnceCell<()>,
+    reported: Mutex<HashSet<Vec<u8>>>,
+}
+
+impl RedisStore {
+    pub(crate) async fn register(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+        const OPERATION: &str = "register_queue";
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(StorageError::InvalidPartitionCount {
+                queue: queue.to_string(),
+                partitions,
+            });
+        }
+        self.merge_legacy_registry().await?;
+        let key = registry_key(&self.prefix);
+        // HSETNX then HGET: both idempotent, so the pair may be retried as a read.
+        let recorded: Option<Vec<u8>> = self
+            .read(OPERATION, &key, |mut connection| {
+                let key = key.clone();
+                async move {
+                    let _: bool = connection.hset_nx(&key, queue.as_str(), partitions).await?;
+                    connection.hget(&key, queue.as_str()).await
+                }
+            })
+            .await?;
+        let recorded = parse_partitions(&recorded.unwrap_or_default()).map_err(|reason| {
+            StorageError::CorruptRecord {
+                key: key.clone(),
+                field: queue.to_string(),
+                reason,
+            }
+        })?;
+        if recorded != partitions {
+            return Err(StorageError::PartitionMismatch {
+                queue: queue.to_string(),
+                configured: partitions,
+                recorded,
+            });
+        }
+        Ok(recorded)
+    }
+
+    pub(crate) async fn registered_queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+        self.merge_legacy_registry().await?;
+        let key = registry_key(&self.prefix);
+        let entries = self.registry_entries(&key).await?;
+        let mut queues = Vec::with_capacity(entries.len());
+        for (name, count) in entries {
+            match parse_entry(&name, &count) {
+                Ok(entry) => queues.push(entry),
+                Err(reason) => self.report_bad_entry(&key, name, &reason),
+            }
+        }
+        queues.sort();
+        Ok(queues)
+    }
+
+    async fn registry_entries(&self, key: &str) -> StorageResult<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.read("queues", key, |mut connection| {
+            let key = key.to_owned();
+            async move { connection.hgetall(&key).await }
+        })
+        .await
+    }
+
+    /// Copies the entries of the pre-`{cluster}` registry into the current one, once per
+    /// process (retried on the next use if it failed).
+    async fn merge_legacy_registry(&self) -> StorageResult<()> {
+        self.registry
+            .migrated
+            .get_or_try_init(|| async {
+                let legacy = legacy_registry_key(&self.prefix);
+                let entries = self.registry_entries(&legacy).await?;
+                if entries.is_empty() {
+                    return Ok(());
+                }
+                let key = registry_key(&self.prefix);
+                let mut pipe = redis::pipe();
+                for (name, count) in &entries {
+                    pipe.hset_nx(&key, name, count).ignore();
+                }
+                // HSETNX is idempotent: retried as a read.
+                self.read("queues", &key, |mut connection| {
+                    let pipe = pipe.clone();
+                    async move { pipe.query_async::<()>(&mut connection).await }
+                })
+                .await?;
+                tracing::info!(from = %legacy, to = %key, queues = entries.len(), "merged the queue registry of an earlier release");
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    fn report_bad_entry(&self, key: &str, name: Vec<u8>, reason: &str) {
+        let shown = String::from_utf8_lossy(&name).into_owned();
+        if self.registry.reported.lock().insert(name) {
+            tracing::warn!(key, queue = %shown, reason, "skipping a bad entry of the queue registry");
+        }
+    }
+}
+
+/// One registry entry as a queue and its partition count, or why it is not one.
+fn parse_entry(name: &[u8], count: &[u8]) -> Result<(QueueName, u32), String> {
+    let name = std::str::from_utf8(name).map_err(|_| "the name is not UTF-8".to_owned())?;
+    let queue = QueueName::new(name).map_err(|error| error.to_string())?;
+    Ok((queue, parse_partitions(count)?))
+}
+
+/// A recorded partition count.
+fn parse_partitions(raw: &[u8]) -> Result<u32, String> {
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|text| text.parse::<u32>().ok())
+        .filter(|count| (1..=MAX_PARTITIONS).contains(count))
+        .ok_or_else(|| {
+            format!(
+                "partition count {:?} is not a number in 1..=65536",
+                String::from_utf8_lossy(raw)
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_entry, parse_partitions};
+
+    #[test]
+    fn entries_are_checked_field_by_field() {
+        assert_eq!(parse_partitions(b"64"), Ok(64));
+        assert!(parse_partitions(b"0").is_err());
+        assert!(parse_partitions(b"65537").is_err());
+        assert!(parse_partitions(b"x").is_err());
+        assert!(parse_entry(b"bad:name", b"4").is_err());
+        assert!(parse_entry(b"ok", b"4").is_ok());
+    }
+}

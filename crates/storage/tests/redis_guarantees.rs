@@ -1,0 +1,170 @@
+//! Guarantees of the Redis backend that the memory twin has no counterpart for: Redis `TIME`
+//! bounds claims and lease expiry (guarantee 9), and the queue registry's `{cluster}` key,
+//! its upgrade from the old key, and its tolerance of bad entries.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use delayq_storage::{
+    NewTask, Partition, QueueName, RedisStore, RedisStoreOptions, ScheduleMode, StoreOptions,
+    TaskId, TaskState, TaskStore,
+};
+use delayq_testkit::RedisServer;
+
+fn options(url: String) -> RedisStoreOptions {
+    RedisStoreOptions {
+        url,
+        key_prefix: "g".to_owned(),
+        store: StoreOptions::default(),
+        response_timeout: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(2),
+    }
+}
+
+async fn start() -> (RedisServer, RedisStore) {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .expect("start redis-server");
+    let store = RedisStore::connect(options(server.url()))
+        .await
+        .expect("connect");
+    (server, store)
+}
+
+async fn partition(store: &RedisStore) -> Partition {
+    let queue = QueueName::new("q").expect("valid queue");
+    store.register_queue(&queue, 1).await.expect("register");
+    Partition::new(queue, 0)
+}
+
+/// Redis `TIME` in milliseconds, read through the server.
+fn redis_now_ms(server: &RedisServer) -> u64 {
+    let mut connection = server.client().get_connection().expect("connect");
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut connection).expect("TIME");
+    seconds * 1_000 + micros / 1_000
+}
+
+fn wall_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn task(name: &str, due_ms: u64) -> NewTask {
+    NewTask {
+        id: TaskId::new(name).expect("valid id"),
+        due_ms,
+        payload: Bytes::from_static(b"p"),
+    }
+}
+
+#[tokio::test]
+async fn a_claim_with_a_clock_far_ahead_never_takes_a_task_before_its_due_on_redis_time() {
+    let (server, store) = start().await;
+    let p = partition(&store).await;
+    let due = redis_now_ms(&server) + 5_000;
+    store
+        .schedule(&p, task("soon", due), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    // A node whose clock stepped 10 s ahead believes the task is due.
+    let stepped_now = wall_now_ms() + 10_000;
+    let batch = store
+        .claim_due(&p, stepped_now, 10, stepped_now + 30_000, "stepped")
+        .await
+        .expect("claim");
+    assert!(
+        batch.tasks.is_empty(),
+        "claimed {:?} before its due",
+        batch.tasks
+    );
+    assert_eq!(batch.next_due_ms, Some(due));
+    let info = store
+        .get(&p, &TaskId::new("soon").expect("id"))
+        .await
+        .expect("get")
+        .expect("still there");
+    assert_eq!(info.state, TaskState::Pending);
+}
+
+#[tokio::test]
+async fn requeue_expired_with_a_clock_far_ahead_leaves_healthy_leases_alone() {
+    let (server, store) = start().await;
+    let p = partition(&store).await;
+    let now = redis_now_ms(&server);
+    store
+        .schedule(&p, task("running", now - 1), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    let claimed = store
+        .claim_due(&p, now, 10, now + 30_000, "healthy")
+        .await
+        .expect("claim");
+    assert_eq!(claimed.tasks.len(), 1);
+    // Another node whose clock stepped a minute ahead sweeps for lapsed leases.
+    let requeued = store
+        .requeue_expired(&p, now + 60_000, 100)
+        .await
+        .expect("requeue");
+    assert!(
+        requeued.is_empty(),
+        "requeued a healthy lease: {requeued:?}"
+    );
+    assert_eq!(
+        store
+            .ack(&claimed.tasks[0].token)
+            .await
+            .expect("the healthy handler still holds its lease"),
+        delayq_storage::AckOutcome::Completed
+    );
+}
+
+#[tokio::test]
+async fn the_registry_lives_in_the_cluster_slot_and_skips_a_bad_entry() {
+    let (server, store) = start().await;
+    partition(&store).await;
+    let recorded = server
+        .command(&["HGET", "g:{cluster}:queues", "q"])
+        .expect("HGET");
+    assert_eq!(recorded, redis::Value::BulkString(b"1".to_vec()));
+    for (name, count) in [("bad:name", "4"), ("zero", "0"), ("words", "many")] {
+        server
+            .command(&["HSET", "g:{cluster}:queues", name, count])
+            .expect("plant a bad entry");
+    }
+    let later = QueueName::new("later").expect("valid");
+    store.register_queue(&later, 8).await.expect("register");
+    let queues = store.queues().await.expect("one bad entry hides nothing");
+    let names: Vec<_> = queues.iter().map(|(q, n)| (q.to_string(), *n)).collect();
+    assert_eq!(names, [("later".to_owned(), 8), ("q".to_owned(), 1)]);
+}
+
+#[tokio::test]
+async fn queues_of_the_old_registry_key_are_merged_once_on_upgrade() {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .expect("start redis-server");
+    // What a release before the {cluster} slot wrote.
+    server
+        .command(&["HSET", "g:queues", "legacy", "16", "shared", "4"])
+        .expect("plant the old registry");
+    server
+        .command(&["HSET", "g:{cluster}:queues", "shared", "4"])
+        .expect("one queue in both");
+    let store = RedisStore::connect(options(server.url()))
+        .await
+        .expect("connect");
+    let queues = store.queues().await.expect("queues");
+    let names: Vec<_> = queues.iter().map(|(q, n)| (q.to_string(), *n)).collect();
+    assert_eq!(names, [("legacy".to_owned(), 16), ("shared".to_owned(), 4)]);
+    let legacy = QueueName::new("legacy").expect("valid");
+    assert!(
+        store.register_queue(&legacy, 8).await.is_err(),
+        "the old record of 16 partitions still binds"
+    );
+    assert_eq!(
+        store.register_queue(&legacy, 16).await.expect("same count"),
+        16
+    );
+}
