@@ -202,6 +202,10 @@ pub struct RecordingStore {
     inner: Arc<dyn TaskStore>,
     claims: Mutex<BTreeMap<(String, String, u64), Vec<u64>>>,
     requeued: AtomicU64,
+    /// How many of the next non-empty claims lose their reply: they run in Redis, then the
+    /// caller sees a response timeout.
+    lose_claim_replies: AtomicU64,
+    lost_claims: AtomicU64,
 }
 
 impl RecordingStore {
@@ -210,7 +214,20 @@ impl RecordingStore {
             inner,
             claims: Mutex::new(BTreeMap::new()),
             requeued: AtomicU64::new(0),
+            lose_claim_replies: AtomicU64::new(0),
+            lost_claims: AtomicU64::new(0),
         })
+    }
+
+    /// Makes the next `count` claims that move tasks lose their reply (a response timeout
+    /// after Redis committed the claim).
+    pub fn lose_next_claim_replies(&self, count: u64) {
+        self.lose_claim_replies.store(count, Ordering::SeqCst);
+    }
+
+    /// Claims whose reply was dropped so far.
+    pub fn lost_claims(&self) -> u64 {
+        self.lost_claims.load(Ordering::SeqCst)
     }
 
     /// Claims per `(queue, id, generation)`: the fencing numbers handed out.
@@ -265,6 +282,18 @@ impl TaskStore for RecordingStore {
             .inner
             .claim_due(partition, now_ms, limit, lease_deadline_ms, owner)
             .await?;
+        let lose = !batch.tasks.is_empty()
+            && self
+                .lose_claim_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if lose {
+            self.lost_claims.fetch_add(1, Ordering::SeqCst);
+            return Err(delayq_storage::StorageError::Timeout {
+                operation: "claim_due",
+                message: "reply dropped by the test".to_owned(),
+            });
+        }
         let mut claims = self.claims.lock();
         for task in &batch.tasks {
             claims
@@ -284,10 +313,23 @@ impl TaskStore for RecordingStore {
         owner: &str,
         lease_deadline_ms: u64,
     ) -> StorageResult<ClaimBatch> {
-        // Recovered tasks were claimed once already (recorded by claim_due above).
-        self.inner
+        // The engine recovers only after a claim failed, so these were not recorded yet.
+        let batch = self
+            .inner
             .recover_claim(partition, owner, lease_deadline_ms)
-            .await
+            .await?;
+        let mut claims = self.claims.lock();
+        for task in &batch.tasks {
+            claims
+                .entry((
+                    partition.queue.as_str().to_owned(),
+                    task.id.as_str().to_owned(),
+                    task.generation,
+                ))
+                .or_default()
+                .push(task.token.claim);
+        }
+        Ok(batch)
     }
     async fn peek_window(
         &self,
