@@ -75,6 +75,14 @@ impl RedisConnection {
     /// message contains a password.
     pub async fn connect(options: ConnectOptions) -> Result<Self> {
         validate(&options.topology)?;
+        if options
+            .topology
+            .urls()
+            .iter()
+            .any(|url| url.starts_with("rediss://"))
+        {
+            crate::tls::ensure_crypto_provider();
+        }
         let tls = crate::tls::load(options.tls.as_ref(), &options.topology)?;
         let shown = options.topology.describe();
         let secrets = options.topology.secrets();

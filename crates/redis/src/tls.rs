@@ -7,6 +7,16 @@ use redis::{ClientTlsConfig, TlsCertificates};
 use crate::error::{Error, Result};
 use crate::topology::{TlsOptions, Topology};
 
+/// Makes `ring` the process's rustls crypto provider unless one is installed already: redis-rs
+/// builds its TLS configs on the process default, and without one a `rediss://` connection
+/// panics.
+pub(crate) fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: a provider is then installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
 /// The certificates of `tls`, or `None` without TLS options.
 ///
 /// A client certificate needs its key (and the other way round); TLS files beside URLs that

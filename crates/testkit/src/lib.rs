@@ -13,6 +13,22 @@
 //! Fault tests can [`RedisServer::stop`] the server (connections are refused), start it again
 //! on the same port with [`RedisServer::restart`], and with [`RedisOptions::aof`] the data that
 //! Redis acknowledged survives the restart (`appendfsync always`).
+//!
+//! Beyond one server: [`RedisCluster`] (three masters, optionally with replicas, with helpers
+//! to kill a master and wait for the failover), [`SentinelSet`] (a master, two replicas and
+//! three sentinels) and [`TlsRedis`] (TLS only, certificates made in-process, `requirepass`
+//! and an ACL user limited to a key prefix). They need the `redis-server` and `redis-tools`
+//! (redis-cli) OS packages; sentinels run as `redis-server <conf> --sentinel`.
+
+mod cluster;
+mod process;
+mod sentinel;
+mod tls;
+
+pub use cluster::{ClusterNode, ClusterOptions, RedisCluster};
+pub use process::{port_pair, RedisProcess};
+pub use sentinel::{SentinelOptions, SentinelSet};
+pub use tls::{ensure_crypto_provider, AclUser, TlsFiles, TlsRedis, DELAYQ_COMMANDS};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
