@@ -109,7 +109,7 @@ fn build_handler(args: &NodeArgs) -> CliResult<NodeHandler> {
         )));
     }
     Ok(match args.handler {
-        HandlerKind::Log => NodeHandler::Log(Arc::new(LogHandler)),
+        HandlerKind::Log => NodeHandler::Log(Arc::new(LogHandler::new())),
         HandlerKind::Exec => NodeHandler::Exec(Arc::new(
             ExecHandler::new(&args.command).map_err(CliError::Usage)?,
         )),

@@ -31,7 +31,7 @@ impl NodeHandler {
     /// Runs one task: `Ok` acks it, an error fails the attempt (retry, then dead letter).
     pub async fn run(self, task: Task) -> Result<(), HandlerError> {
         match self {
-            NodeHandler::Log(handler) => handler.run(&task),
+            NodeHandler::Log(handler) => handler.run(&task).await,
             NodeHandler::Exec(handler) => handler.run(&task).await,
             NodeHandler::Http(handler) => handler.run(&task).await,
         }
