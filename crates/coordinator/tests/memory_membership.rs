@@ -139,3 +139,38 @@ async fn with_paused_time_expiry_is_exact() {
         "{took:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_longer_than_the_ttl_evicts_nobody() {
+    let memory = Memory::start();
+    let (nodes, all) = join_agreed(&memory, 3, 1_000, 3_000).await;
+    let epoch = view(nodes[0].as_ref()).epoch;
+    // Nobody runs for 7 s (the whole process stood still): every registration expires.
+    tokio::time::advance(Duration::from_secs(7)).await;
+    // Several periods and TTLs later, nobody was removed and nobody re-joined.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(agree(&nodes, &all), "{:?}", view(nodes[0].as_ref()));
+    assert_eq!(view(nodes[0].as_ref()).epoch, epoch);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_right_after_a_stall_is_still_detected() {
+    let memory = Memory::start();
+    let (mut nodes, _) = join_agreed(&memory, 3, 1_000, 3_000).await;
+    let epoch = view(nodes[0].as_ref()).epoch;
+    tokio::time::advance(Duration::from_secs(7)).await;
+    // Everybody beats once after the stall, then one node dies.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let crashed = nodes.pop().expect("a node");
+    crashed.crash();
+    let started = tokio::time::Instant::now();
+    let rest = common::sorted_ids(&nodes);
+    while !agree(&nodes, &rest) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its key lives a TTL after its last beat, and the quiet time after the stall ends
+    // within that; a survivor notices at its next beat.
+    let took = started.elapsed();
+    assert!(took <= Duration::from_millis(4_010), "{took:?}");
+    assert_eq!(view(nodes[0].as_ref()).epoch, epoch + 1);
+}

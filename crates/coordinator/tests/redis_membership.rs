@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::scenarios::{self, PERIOD_MS, SLACK, TTL_MS};
-use common::{agree, config, join_agreed, sorted_ids, view, wait_for, TestCluster};
+use common::{agree, config, ids, join_agreed, sorted_ids, view, wait_for, TestCluster};
 use delayq_coordinator::{
     owner, Coordinator, CoordinatorConfig, CoordinatorError, NodeId, QueueFilter, RedisCoordinator,
     SystemClock, Wakeup,
@@ -227,4 +227,71 @@ async fn a_corrupt_registry_entry_is_named_and_left_out_of_the_membership() {
         Err(CoordinatorError::CorruptEntry { node, .. }) => assert_eq!(node, "0-corrupt"),
         other => panic!("expected CorruptEntry, got {other:?}"),
     }
+}
+
+/// A Redis server that accepts `DEBUG` (to stall it with `DEBUG SLEEP`).
+fn debuggable_server() -> RedisServer {
+    RedisServer::start_with(delayq_testkit::RedisOptions {
+        extra_args: vec![("enable-debug-command".to_owned(), "yes".to_owned())],
+        ..Default::default()
+    })
+}
+
+/// Blocks Redis for `seconds` (from a blocking thread: the nodes keep running meanwhile).
+async fn stall_redis(server: &RedisServer, seconds: f64) {
+    let client = server.client();
+    let seconds = seconds.to_string();
+    tokio::task::spawn_blocking(move || {
+        let mut connection = client.get_connection().expect("connect");
+        redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(&seconds)
+            .query::<()>(&mut connection)
+            .expect("DEBUG SLEEP");
+    })
+    .await
+    .expect("the stall ends");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_stall_longer_than_the_ttl_evicts_nobody() {
+    let redis = Redis {
+        server: debuggable_server(),
+    };
+    let (nodes, all) = join_agreed(&redis, 3, PERIOD_MS, TTL_MS).await;
+    let epoch = view(nodes[0].as_ref()).epoch;
+    // Every heartbeat expires during the stall; each node has requests queued behind it.
+    stall_redis(&redis.server, 1.5).await;
+    // A bounded wait for something that must not happen: several periods and TTLs.
+    for _ in 0..(3 * TTL_MS / 50) {
+        let views: Vec<_> = nodes.iter().map(|n| view(n.as_ref())).collect();
+        assert!(
+            views.iter().all(|v| v.epoch == epoch && ids(v) == all),
+            "the stall changed the membership (epoch {epoch} before): {views:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stored = RedisCoordinator::read_membership(&redis.server.url(), "t")
+        .await
+        .expect("read membership");
+    assert_eq!((stored.epoch, ids(&stored)), (epoch, all));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_during_the_quiet_time_after_a_stall_is_still_detected() {
+    let redis = Redis {
+        server: debuggable_server(),
+    };
+    let (mut nodes, _) = join_agreed(&redis, 3, PERIOD_MS, TTL_MS).await;
+    let epoch = view(nodes[0].as_ref()).epoch;
+    stall_redis(&redis.server, 1.0).await;
+    let crashed = nodes.remove(0);
+    crashed.crash();
+    let survivors = sorted_ids(&nodes);
+    // The stall holds removals back for one TTL: the bound is one TTL longer than usual.
+    let bound = Duration::from_millis(2 * TTL_MS + PERIOD_MS) + SLACK;
+    wait_for(bound, || async { agree(&nodes, &survivors) })
+        .await
+        .unwrap_or_else(|| panic!("crash after a stall not detected within {bound:?}"));
+    assert_eq!(view(nodes[0].as_ref()).epoch, epoch + 1);
 }

@@ -154,6 +154,9 @@ async fn heartbeat_loop(hub: Arc<MemoryCluster>, info: NodeInfo, period: Duratio
         if outcome.added {
             tracing::warn!(node = %info.id, epoch = outcome.epoch, "this node's heartbeat had expired and it was removed: re-registered as a new member");
         }
+        if outcome.stalled {
+            tracing::warn!(node = %info.id, epoch = outcome.epoch, "this node's heartbeat had expired while it was registered (a stall): nobody is removed for one TTL");
+        }
         if !outcome.removed.is_empty() {
             tracing::info!(node = %info.id, epoch = outcome.epoch, removed = ?outcome.removed, "removed members whose heartbeat expired");
         }

@@ -22,9 +22,9 @@ use crate::clock::{ClusterClock, LocalClock, SystemClock};
 ///   [`ManualClock`](crate::ManualClock) that a test moves with
 ///   [`MemoryCluster::with_clock`]. Moving it does not kill anybody's heartbeat.
 /// - **liveness** (heartbeat TTLs) is measured on tokio's monotonic clock, so it follows
-///   real time, or `tokio::time::pause` / `advance` in a test with paused time (advance in
-///   steps shorter than `heartbeat_ttl - heartbeat_period`, or the live nodes expire too
-///   and re-join).
+///   real time, or `tokio::time::pause` / `advance` in a test with paused time. An advance
+///   longer than the TTL is a stall, as on Redis: the first heartbeat after it finds its own
+///   heartbeat expired and nobody is removed for one TTL, so the live nodes beat again.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -48,6 +48,9 @@ struct HubState {
     epoch: u64,
     registry: BTreeMap<NodeId, Registration>,
     wakeups: HashMap<NodeId, mpsc::UnboundedSender<Wakeup>>,
+    /// Until when nobody is removed: one TTL after a heartbeat found its own registration
+    /// expired but not removed (a stall; see the Redis heartbeat script).
+    quiet_until: Option<Instant>,
     /// The membership views of the coordinators that listen, updated with each change
     /// before the change returns (so a test sees it at once, without yielding).
     views: HashMap<NodeId, Weak<watch::Sender<Membership>>>,
@@ -75,6 +78,9 @@ pub(crate) struct HeartbeatOutcome {
     pub(crate) added: bool,
     /// Members removed because their heartbeat expired.
     pub(crate) removed: Vec<NodeId>,
+    /// The node's own registration had expired without being removed: a stall, nobody was
+    /// removed.
+    pub(crate) stalled: bool,
     pub(crate) epoch: u64,
 }
 
@@ -159,7 +165,8 @@ impl MemoryCluster {
     }
 
     /// Registers or refreshes `info`, and removes the members whose heartbeat expired; one
-    /// epoch bump if anything changed. Atomic, like the Redis script.
+    /// epoch bump if anything changed. Atomic, like the Redis script, and like it removes
+    /// nobody for one TTL after a heartbeat found its own registration expired.
     pub(crate) fn heartbeat(&self, info: &NodeInfo, ttl: Duration) -> HeartbeatOutcome {
         let now = Instant::now();
         let mut state = self.state.lock();
@@ -170,16 +177,22 @@ impl MemoryCluster {
             info,
             expires_at: now + ttl,
         };
-        outcome.added = state
+        let previous = state
             .registry
-            .insert(registration.info.id.clone(), registration)
-            .is_none();
-        outcome.removed = state
-            .registry
-            .iter()
-            .filter(|(_, registration)| registration.expires_at <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
+            .insert(registration.info.id.clone(), registration);
+        outcome.added = previous.is_none();
+        outcome.stalled = previous.is_some_and(|previous| previous.expires_at <= now);
+        if outcome.stalled {
+            state.quiet_until = Some(now + ttl);
+        }
+        if state.quiet_until.is_none_or(|until| until <= now) {
+            outcome.removed = state
+                .registry
+                .iter()
+                .filter(|(_, registration)| registration.expires_at <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+        }
         for id in &outcome.removed {
             // Its wake-up channel stays: a node that was only slow re-registers and keeps
             // listening; a dead one closed its channel when it died.

@@ -44,6 +44,13 @@ pub(crate) async fn heartbeat_loop(shared: Arc<Shared>) {
                         "this node's registry entry had vanished (expired during an outage, or Redis lost its data): re-registered as a new member"
                     );
                 }
+                if reply.stalled {
+                    tracing::warn!(
+                        node,
+                        epoch = reply.epoch,
+                        "this node's heartbeat had expired while it was registered: Redis or this node stood still for longer than node.heartbeat_ttl; nobody is removed for one TTL, so that every live node can beat again"
+                    );
+                }
                 if !reply.removed.is_empty() {
                     tracing::info!(node, epoch = reply.epoch, removed = ?reply.removed, "removed members whose heartbeat expired");
                 }

@@ -11,6 +11,9 @@ pub(crate) struct Keys {
     pub(crate) epoch: String,
     /// Pub/sub channel of membership announcements (payload: the new epoch).
     pub(crate) events: String,
+    /// STRING with a TTL: present for one heartbeat TTL after a stall (a heartbeat found its
+    /// own key expired while still registered); nobody is removed while it is.
+    pub(crate) stall: String,
 }
 
 impl Keys {
@@ -20,6 +23,7 @@ impl Keys {
             registry: format!("{base}registry"),
             epoch: format!("{base}epoch"),
             events: format!("{base}events"),
+            stall: format!("{base}stall"),
             base,
         }
     }
@@ -46,6 +50,7 @@ mod tests {
         assert_eq!(keys.epoch, "dq:{cluster}:epoch");
         assert_eq!(keys.heartbeat("n1"), "dq:{cluster}:hb:n1");
         assert_eq!(keys.events, "dq:{cluster}:events");
+        assert_eq!(keys.stall, "dq:{cluster}:stall");
         assert_eq!(keys.wake_channel("n1"), "dq:{cluster}:wake:n1");
     }
 }

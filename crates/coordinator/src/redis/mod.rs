@@ -3,8 +3,8 @@
 //! # Keys
 //! Everything lives under `<prefix>:{cluster}:` (one hash tag, one Redis Cluster slot):
 //! `registry` (HASH node id -> JSON entry), `hb:<node id>` (a heartbeat with a `PX` TTL),
-//! `epoch` (the membership epoch), and the pub/sub channels `events` (membership
-//! announcements) and `wake:<node id>` (wake-ups).
+//! `epoch` (the membership epoch), `stall` (set for one TTL after a stall), and the pub/sub
+//! channels `events` (membership announcements) and `wake:<node id>` (wake-ups).
 //!
 //! # How membership stays consistent
 //! Every change of the member set (join, leave, removal of the dead) happens in one Lua script
@@ -21,6 +21,17 @@
 //! is recomputed from the membership), while `delayq nodes` keeps showing one entry per
 //! process. The epoch never goes backwards: each bump is at least one above the highest epoch
 //! the bumping node has seen, even when Redis lost the counter.
+//!
+//! # After a stall
+//! When Redis stands still for longer than the heartbeat TTL (a fork, a slow fsync,
+//! `DEBUG SLEEP`), every heartbeat expires at once. The first heartbeat after it finds its
+//! own key expired while its entry is still registered: nobody removed it, so it was not
+//! the only one silent. It sets the `stall` marker for one TTL, and while that is set no
+//! heartbeat removes anybody: every live node beats again within the TTL, and the
+//! membership does not change. A node that was itself paused (GC, SIGSTOP) and came back
+//! before anybody removed it does the same, harmlessly; one removed meanwhile finds its
+//! entry gone and re-registers. A node that really died is removed once the quiet time
+//! is over: about one TTL later than usual, and only after a stall.
 
 mod background;
 mod connect;

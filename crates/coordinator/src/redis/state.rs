@@ -93,7 +93,8 @@ impl Shared {
         invocation
             .key(&self.keys.registry)
             .key(&self.keys.epoch)
-            .key(self.keys.heartbeat(self.id.as_str()));
+            .key(self.keys.heartbeat(self.id.as_str()))
+            .key(&self.keys.stall);
         for other in &others {
             invocation.key(self.keys.heartbeat(other.as_str()));
         }

@@ -91,14 +91,17 @@ pub(crate) struct ScriptReply {
     pub(crate) removed: Vec<String>,
     /// The registry after the script, as (id, JSON) pairs.
     pub(crate) registry: Vec<(String, String)>,
+    /// The heartbeat found this node's own heartbeat expired while it was still registered
+    /// (a stall of Redis or of this node): it removed nobody.
+    pub(crate) stalled: bool,
 }
 
 /// The raw shape of a script reply, as redis-rs converts it.
-pub(crate) type RawReply = (u64, u64, u64, u8, Vec<String>, Vec<String>);
+pub(crate) type RawReply = (u64, u64, u64, u8, Vec<String>, Vec<String>, u8);
 
 impl ScriptReply {
     pub(crate) fn from_raw(raw: RawReply) -> Self {
-        let (seconds, micros, epoch, added, removed, flat) = raw;
+        let (seconds, micros, epoch, added, removed, flat, stalled) = raw;
         let mut registry = Vec::with_capacity(flat.len() / 2);
         let mut fields = flat.into_iter();
         while let (Some(id), Some(json)) = (fields.next(), fields.next()) {
@@ -110,6 +113,7 @@ impl ScriptReply {
             added: added == 1,
             removed,
             registry,
+            stalled: stalled == 1,
         }
     }
 
@@ -219,6 +223,7 @@ mod tests {
                 "a".to_owned(),
                 entry("a"),
             ],
+            0,
         ));
         assert_eq!(reply.server_us / 1_000, 1_700_000_000_250);
         let mut corrupt = Vec::new();

@@ -3,24 +3,44 @@
 -- changed; EXISTS and HDEL run atomically, so two nodes removing the same dead member at the
 -- same time bump the epoch once between them. Also used to join (with no members to check).
 --
+-- A stall is not a death. When this node's own heartbeat had expired although its entry is
+-- still registered, nobody removed it while it was silent: Redis stood still for longer than
+-- the TTL (DEBUG SLEEP, a fork, a slow fsync; every heartbeat expired at once), or this node
+-- did (a GC pause, SIGSTOP) and came back before anyone noticed. Either way the others'
+-- expired heartbeats prove nothing yet: the script sets the stall marker for one TTL, and
+-- while it is set no heartbeat removes anybody, so that every live node gets one full TTL to
+-- beat again (their requests queued during a Redis stall may run in any order after it).
+-- A node removed while it was away finds its entry gone instead: it re-registers (added = 1)
+-- and sets no marker, because the others were evidently alive to remove it.
+--
 -- KEYS[1]   registry   HASH   node id -> JSON entry
 -- KEYS[2]   epoch      STRING membership epoch
 -- KEYS[3]   heartbeat  STRING this node's heartbeat (expires after the TTL)
--- KEYS[4..] heartbeat keys of other members to check, in the order of ARGV[6..]
+-- KEYS[4]   stall      STRING set for one TTL after a stall was seen: nobody is removed
+-- KEYS[5..] heartbeat keys of other members to check, in the order of ARGV[6..]
 -- ARGV[1]   this node's id
 -- ARGV[2]   this node's JSON entry (with its new last heartbeat)
 -- ARGV[3]   heartbeat TTL in milliseconds
 -- ARGV[4]   the highest epoch the caller has seen (floor of a bump)
 -- ARGV[5]   announcement channel (not a key: PUBLISH is cluster-wide)
--- ARGV[6..] ids of the members whose heartbeat keys are KEYS[4..]
--- Returns   see reply() in the prelude; added = 1 when this node was not registered
+-- ARGV[6..] ids of the members whose heartbeat keys are KEYS[5..]
+-- Returns   see reply() in the prelude; added = 1 when this node was not registered,
+--           stalled = 1 when this call found its own heartbeat expired while registered
+local was_beating = redis.call('EXISTS', KEYS[3]) == 1
 redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 local added = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+local stalled = 0
+if not was_beating and added == 0 then
+  stalled = 1
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
+end
 local removed = {}
-for i = 4, #KEYS do
-  local id = ARGV[i + 2]
-  if redis.call('EXISTS', KEYS[i]) == 0 and redis.call('HDEL', KEYS[1], id) == 1 then
-    removed[#removed + 1] = id
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  for i = 5, #KEYS do
+    local id = ARGV[i + 1]
+    if redis.call('EXISTS', KEYS[i]) == 0 and redis.call('HDEL', KEYS[1], id) == 1 then
+      removed[#removed + 1] = id
+    end
   end
 end
 local epoch
@@ -30,4 +50,4 @@ if added == 1 or #removed > 0 then
 else
   epoch = read_epoch()
 end
-return reply(epoch, added, removed)
+return reply(epoch, added, removed, stalled)

@@ -15,8 +15,9 @@ local function read_epoch()
 end
 
 -- Every script answers with the same shape, so one parser reads them all:
--- {server seconds, server microseconds, epoch, added (0|1), removed ids, registry field/value pairs}
-local function reply(epoch, added, removed)
+-- {server seconds, server microseconds, epoch, added (0|1), removed ids, registry field/value
+--  pairs, stalled (0|1): the heartbeat found this node's own heartbeat expired while registered}
+local function reply(epoch, added, removed, stalled)
   local now = redis.call('TIME')
-  return {now[1], now[2], epoch, added, removed, redis.call('HGETALL', KEYS[1])}
+  return {now[1], now[2], epoch, added, removed, redis.call('HGETALL', KEYS[1]), stalled or 0}
 end
