@@ -45,17 +45,28 @@ for k, id in ipairs(ids) do
     in_flight = redis.call('ZSCORE', inflight_key, id)
   end
   seen[id] = true
-  local verdict, detail = judge_token(raw, in_flight, tonumber(ARGV[3 * k]), tonumber(ARGV[3 * k + 1]))
+  local verdict, detail = judge_token(raw, in_flight, ARGV[3 * k], ARGV[3 * k + 1])
+  local done_record
+  if verdict == 'ok' and keep_done then
+    local errlen, err_at = string.match(raw, TAIL_FIELDS, detail)
+    if errlen == '' then
+      -- The header as it is: the payload is all a completed task drops.
+      done_record = string.sub(raw, 1, err_at - 1)
+    else
+      -- It failed before: the done record keeps no error either.
+      local rec, reason = decode_record(raw)
+      if rec then
+        done_record = encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, '', '')
+      else
+        verdict, detail = 'corrupt', reason
+      end
+    end
+  end
   if verdict == 'ok' then
     leave[#leave + 1] = id
     if keep_done then
       records[#records + 1] = id
-      if detail.err == '' then
-        -- The header as it is: the payload is all a completed task drops.
-        records[#records + 1] = string.sub(raw, 1, detail.err_at - 1)
-      else
-        records[#records + 1] = encode_record(detail.gen, detail.attempt, detail.claim, detail.due, detail.sched, '', '')
-      end
+      records[#records + 1] = done_record
       stamps[#stamps + 1] = now
       stamps[#stamps + 1] = id
     else

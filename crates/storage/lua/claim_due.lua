@@ -50,9 +50,17 @@ while first <= n and not full do
     end
     taken = taken + 1
     if raw then
-      local rec, reason = decode_record(raw)
       local score = entries[2 * (first + j - 1)]
-      if not rec then
+      local gen, attempt, claim, due, sched_at, errlen, err_at = string.match(raw, CLAIM_FIELDS)
+      local reason
+      if not gen then
+        local _
+        _, reason = decode_record(raw)
+        reason = reason or 'malformed version 1 header'
+      elseif errlen ~= '' and err_at + tonumber(errlen) - 1 > #raw then
+        reason = 'the error text runs past the end of the record'
+      end
+      if reason then
         reason = 'undecodable record moved to the dead letters (its payload is the record as it was): ' .. reason
         records[#records + 1] = id
         records[#records + 1] = encode_record(now_us, 1, 0, score, '', reason, raw)
@@ -60,13 +68,14 @@ while first <= n and not full do
         dead[#dead + 1] = id
         poisoned[#poisoned + 1] = id
         poisoned[#poisoned + 1] = reason
-      elseif rec.gen == 0 then
+      elseif gen == '0' then
         forget[#forget + 1] = id
       else
-        local claim = math.max(rec.claim + 1, now_us)
-        -- The due becomes explicit: the record must keep it once the task leaves `due`.
-        local record = encode_record(rec.gen, rec.attempt, claim, due_of(rec, score), rec.sched,
-          rec.err, string.sub(raw, rec.payload_at))
+        claim = string.format('%d', math.max((tonumber(claim) or 0) + 1, now_us))
+        -- Spliced, not re-encoded: a new claim number, and the due made explicit (the record
+        -- must keep it once the task leaves `due`); the rest is copied as it is.
+        local record = '1|' .. gen .. '|' .. attempt .. '|' .. claim .. '|'
+          .. (due ~= '' and due or score) .. '|' .. string.sub(raw, sched_at)
         bytes = bytes + #raw
         records[#records + 1] = id
         records[#records + 1] = record
@@ -75,7 +84,7 @@ while first <= n and not full do
         claimed[#claimed + 1] = id
         claimed[#claimed + 1] = record
         receipt[#receipt + 1] = id
-        receipt[#receipt + 1] = string.format('%d', claim)
+        receipt[#receipt + 1] = claim
       end
     end
   end

@@ -16,13 +16,16 @@
 
 local due_key, tasks_key, inflight_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
-local verdict, detail, raw = check_token(tasks_key, inflight_key, id, tonumber(ARGV[2]), tonumber(ARGV[3]))
+local verdict, detail, raw = check_token(tasks_key, inflight_key, id, ARGV[2], ARGV[3])
 local refusal = refuse_token(verdict, detail, id, tasks_key, inflight_key, { 'superseded' })
 if refusal then
   return refusal
 end
 
-local rec = detail
+local rec, reason = decode_record(raw)
+if not rec then
+  return corrupt(id, reason)
+end
 local payload = string.sub(raw, rec.payload_at)
 redis.call('ZREM', inflight_key, id)
 if ARGV[5] == 'retry' then

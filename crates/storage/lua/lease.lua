@@ -6,39 +6,46 @@ local function stale()
   return redis.error_reply('DELAYQ_STALE the token no longer holds the lease')
 end
 
--- Judges a lease token (generation, claim) against the task's record `raw` (or false) and
--- whether the id is in flight. Returns one of:
---   'ok', record                the token holds the lease
---   'superseded', owns_entry    the task was cancelled or scheduled again after the claim;
+-- Judges a lease token (generation, claim: decimal strings, as stored) against the task's
+-- record `raw` (or false) and whether the id is in flight. Returns one of:
+--   'ok', after                 the token holds the lease; `after` is the position after the
+--                               record's claim field (see TAIL_FIELDS)
+--   'superseded', owns_entry    the task was scheduled again after the claim, or is gone;
 --                               owns_entry: the in-flight entry (if any) is still this claim's
 --   'stale'                     the lease was lost (requeued, or claimed again)
---   'cancelled', record         the token holds the lease, but the task was cancelled while
+--   'cancelled'                 the token holds the lease, but the task was cancelled while
 --                               it ran (generation 0): this attempt is its last
 --   'corrupt', reason
--- Generations are never reused for an id (a fresh record starts at Redis TIME in µs, a
--- reschedule adds 1), and claim numbers never repeat either (see claim_due.lua): so when the
--- generation differs but the claim matches, the record was rescheduled from this very claim.
+-- Only the generation and claim are read (one match, string compares): the payload is never
+-- decoded. Generations are never reused for an id (a fresh record starts at Redis TIME in
+-- µs, a reschedule adds 1), and claim numbers never repeat either (see claim_due.lua): so
+-- when the generation differs but the claim matches, the record was rescheduled from this
+-- very claim.
 local function judge_token(raw, in_flight, gen, claim)
   if not raw then
     return 'superseded', true
   end
-  local rec, reason = decode_record(raw)
-  if not rec then
-    return 'corrupt', reason
+  local rec_gen, rec_claim, after = string.match(raw, LEASE_FIELDS)
+  if not rec_gen then
+    local _, reason = decode_record(raw)
+    return 'corrupt', reason or 'malformed version 1 header'
   end
-  if rec.gen == 0 then
-    if rec.claim == claim and in_flight then
-      return 'cancelled', rec
+  if rec_claim == '' then
+    rec_claim = '0'
+  end
+  if rec_gen == '0' then
+    if rec_claim == claim and in_flight then
+      return 'cancelled'
     end
     return 'stale'
   end
-  if rec.gen ~= gen then
-    return 'superseded', rec.claim == claim
+  if rec_gen ~= gen then
+    return 'superseded', rec_claim == claim
   end
-  if rec.claim ~= claim or not in_flight then
+  if rec_claim ~= claim or not in_flight then
     return 'stale'
   end
-  return 'ok', rec
+  return 'ok', after
 end
 
 -- judge_token for one token, reading what it needs. Returns the verdict, its detail, and the

@@ -75,6 +75,22 @@ local function sched_of(rec)
   return rec.due
 end
 
+-- Fast paths. The claim and ack paths run once per fired task, so they read only the header
+-- fields they need with one anchored match, and splice instead of re-encoding (the payload is
+-- never decoded). A record these patterns do not match is not a well-formed version 1 record:
+-- the callers then ask decode_record for the reason.
+
+-- For a claim: generation, attempt, claim and due (strings, '' where implicit), the position
+-- of the scheduled due, the error length ('' = 0) and the position of the error text.
+local CLAIM_FIELDS = '^1|(%d+)|(%d*)|(%d*)|(%d*)|()%d*|(%d*)|()'
+
+-- For a lease check: generation and claim (strings), and the position after the claim field.
+local LEASE_FIELDS = '^1|(%d+)|%d*|(%d*)|()'
+
+-- From the position after the claim field: the error length ('' = 0) and the position of the
+-- error text, which is where a completed task's record ends.
+local TAIL_FIELDS = '^%d*|%d*|(%d*)|()'
+
 -- Whether a raw record is marked cancelled-while-running (generation 0), without decoding it.
 local function is_cancelled_raw(raw)
   return string.find(raw, '^%d+|0|') ~= nil

@@ -11,7 +11,7 @@
 
 local tasks_key, inflight_key = KEYS[1], KEYS[2]
 local id = ARGV[1]
-local verdict, reason = check_token(tasks_key, inflight_key, id, tonumber(ARGV[2]), tonumber(ARGV[3]))
+local verdict, reason = check_token(tasks_key, inflight_key, id, ARGV[2], ARGV[3])
 if verdict == 'corrupt' then
   return corrupt(id, reason)
 elseif verdict ~= 'ok' and verdict ~= 'cancelled' then
