@@ -64,6 +64,11 @@ async fn execute(
         lateness_ms = task.fired_ms.saturating_sub(task.due_ms),
         "firing"
     );
+    let queue_label = queue.name.as_str().to_owned();
+    metrics::counter!("delayq_tasks_fired_total", "queue" => queue_label.clone()).increment(1);
+    metrics::histogram!("delayq_fire_lateness_seconds", "queue" => queue_label.clone())
+        .record(task.fired_ms.saturating_sub(task.due_ms) as f64 / 1000.0);
+    let started = std::time::Instant::now();
     let handler = queue.handler.clone();
     // The handler runs as its own task: a panic ends that task only, and shows up here as a
     // JoinError; a timeout aborts it.
@@ -95,6 +100,10 @@ async fn execute(
             ))
         }
     };
+    if !matches!(outcome, RunOutcome::Aborted) {
+        metrics::histogram!("delayq_handler_duration_seconds", "queue" => queue_label)
+            .record(started.elapsed().as_secs_f64());
+    }
     // Shutdown may have released the task already; then it is not ours to settle.
     if runtime.running.lock().remove(&run).is_some() {
         // The lease stays renewed while the result is recorded (retried through an outage).
@@ -105,6 +114,12 @@ async fn execute(
         }
     }
     renewal.abort();
+}
+
+/// Counts a settled attempt (`delayq_tasks_completed_total{queue,outcome}`).
+fn completed(queue: &delayq_storage::QueueName, outcome: &'static str) {
+    metrics::counter!("delayq_tasks_completed_total", "queue" => queue.as_str().to_owned(), "outcome" => outcome)
+        .increment(1);
 }
 
 fn panic_message(join: tokio::task::JoinError) -> String {
@@ -178,6 +193,7 @@ where
 
 async fn settle_success(runtime: &Runtime, token: &LeaseToken) {
     if let Some(outcome) = with_retries(runtime, "ack", || runtime.store.ack(token)).await {
+        completed(&token.partition.queue, "ok");
         tracing::debug!(?outcome, "acknowledged");
     }
 }
@@ -202,6 +218,7 @@ async fn settle_failure(
     .await;
     match outcome {
         Some(FailOutcome::Retrying { attempt, due_ms }) => {
+            completed(&claimed.token.partition.queue, "retry");
             tracing::warn!(
                 error,
                 next_attempt = attempt,
@@ -211,6 +228,7 @@ async fn settle_failure(
             runtime.arm_if_owned(&claimed.token.partition, due_ms);
         }
         Some(FailOutcome::DeadLettered) => {
+            completed(&claimed.token.partition.queue, "dead");
             tracing::error!(
                 error,
                 attempts = attempt,

@@ -29,6 +29,7 @@ impl StoreHealth {
     /// Records a failed call. Transient failures flip the state (logged once); other errors
     /// are logged every time, since they point at a bug or bad data.
     pub(crate) fn failed(&self, operation: &'static str, error: &StorageError) {
+        metrics::counter!("delayq_redis_errors_total").increment(1);
         if error.is_transient() {
             if self.available.swap(false, Ordering::Relaxed) {
                 tracing::warn!(operation, %error, "task store unreachable; retrying with backoff");

@@ -29,6 +29,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admin;
 mod builder;
 pub mod config;
 mod dispatch;

@@ -34,6 +34,7 @@ pub(crate) async fn run_maintenance(runtime: Arc<Runtime>) {
             _ = rounds.tick() => {}
         }
         round += 1;
+        crate::admin::record_node_gauges(&runtime);
         let owned: Vec<Partition> = runtime.workers.lock().keys().cloned().collect();
         let prune_all = round % PRUNE_EVERY == 0;
         let runtime_ref = &runtime;
@@ -60,6 +61,8 @@ async fn maintain(runtime: &Arc<Runtime>, partition: Partition, prune: bool) -> 
         .await
     {
         Ok(requeued) if !requeued.is_empty() => {
+            metrics::counter!("delayq_lease_expired_total", "queue" => partition.queue.as_str().to_owned())
+                .increment(requeued.len() as u64);
             runtime.health.ok();
             tracing::info!(%partition, count = requeued.len(), "took back tasks whose lease expired");
             runtime.timer.insert(now, partition.clone());

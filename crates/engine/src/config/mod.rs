@@ -2,8 +2,8 @@
 //!
 //! # Format
 //!
-//! The file has five optional sections, `redis`, `node`, `engine`, `queue_defaults` and
-//! `queues`; the repository's `cluster.yaml` documents every key and its default. Durations
+//! The file has six optional sections, `redis`, `http`, `node`, `engine`, `queue_defaults`
+//! and `queues`; the repository's `cluster.yaml` documents every key and its default. Durations
 //! are [humantime](https://docs.rs/humantime) strings (`500ms`, `30s`, `1h 30m`); sizes are
 //! bytes or `512KiB`/`1MiB`. A missing section or key takes its default; a queue listed under
 //! `queues:` starts from `queue_defaults` and overrides what it names; a queue not listed
@@ -11,7 +11,7 @@
 //! errors naming the dotted key (`engine.pul_period`), the value and the line.
 //!
 //! The environment overrides the file: `DELAYQ_REDIS_URL`, `DELAYQ_KEY_PREFIX`,
-//! `DELAYQ_NODE_NAME` ([`ENV_OVERRIDES`]).
+//! `DELAYQ_NODE_NAME`, `DELAYQ_HTTP_LISTEN`, `DELAYQ_HTTP_TOKEN` ([`ENV_OVERRIDES`]).
 //!
 //! # Which YAML crate, and why
 //!
@@ -46,6 +46,7 @@
 //! ```
 
 mod error;
+mod http;
 mod schema;
 mod types;
 mod validate;
@@ -59,6 +60,7 @@ use std::io;
 use std::path::Path;
 
 pub use error::ConfigError;
+pub use http::HttpConfig;
 pub use types::{
     default_node_name, BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig,
 };
@@ -78,6 +80,8 @@ pub const ENV_OVERRIDES: &[(&str, &str)] = &[
     ("DELAYQ_REDIS_URL", "redis.url"),
     ("DELAYQ_KEY_PREFIX", "redis.key_prefix"),
     ("DELAYQ_NODE_NAME", "node.name"),
+    ("DELAYQ_HTTP_LISTEN", "http.listen"),
+    ("DELAYQ_HTTP_TOKEN", "http.token"),
 ];
 
 impl Config {
@@ -145,6 +149,8 @@ impl Config {
                 "redis.url" => &mut self.redis.url,
                 "redis.key_prefix" => &mut self.redis.key_prefix,
                 "node.name" => &mut self.node.name,
+                "http.listen" => self.http.listen.insert(String::new()),
+                "http.token" => self.http.token.insert(String::new()),
                 _ => continue, // ENV_OVERRIDES names only the keys above
             };
             *slot = value;

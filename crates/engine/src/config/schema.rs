@@ -6,12 +6,16 @@ use std::collections::HashMap;
 use delayq_storage::QueueName;
 
 use super::error::ConfigError;
+use super::http::HttpConfig;
 use super::types::{BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig};
 use super::values::{count, duration, invalid, size, string};
 use super::yaml::{self, Key, Node, Value};
 
 /// The top-level sections.
-pub(crate) const TOP_KEYS: &[&str] = &["redis", "node", "engine", "queue_defaults", "queues"];
+pub(crate) const TOP_KEYS: &[&str] =
+    &["redis", "http", "node", "engine", "queue_defaults", "queues"];
+/// The keys of `http:`.
+pub(crate) const HTTP_KEYS: &[&str] = &["listen", "token", "read_only"];
 /// The keys of `redis:`.
 pub(crate) const REDIS_KEYS: &[&str] = &["url", "key_prefix", "response_timeout"];
 /// The keys of `node:`.
@@ -46,6 +50,7 @@ pub(crate) fn known_keys_beside(key: &str) -> &'static [&'static str] {
     };
     match parent {
         "redis" => REDIS_KEYS,
+        "http" => HTTP_KEYS,
         "node" => NODE_KEYS,
         "engine" => ENGINE_KEYS,
         "queue_defaults" => QUEUE_KEYS,
@@ -106,6 +111,7 @@ pub(crate) fn parse(text: &str, source_name: &str) -> Result<Parsed, ConfigError
         let path = walk.record("", key, value);
         match key.name.as_str() {
             "redis" => walk.redis(value, &mut config.redis)?,
+            "http" => walk.http(value, &mut config.http)?,
             "node" => walk.node(value, &mut config.node)?,
             "engine" => walk.engine(value, &mut config.engine)?,
             "queue_defaults" => walk.queue(&path, value, &mut config.queue_defaults)?,
@@ -187,6 +193,22 @@ impl Walk<'_> {
                 "url" => redis.url = string(&path, value)?,
                 "key_prefix" => redis.key_prefix = string(&path, value)?,
                 "response_timeout" => redis.response_timeout = duration(&path, value)?,
+                _ => return Err(self.unknown(path, key)),
+            }
+        }
+        Ok(())
+    }
+
+    fn http(&mut self, node: &Node, http: &mut HttpConfig) -> Result<(), ConfigError> {
+        for (key, value) in self.section("http", node)? {
+            let path = self.record("http", key, value);
+            match key.name.as_str() {
+                "listen" => http.listen = Some(string(&path, value)?),
+                "token" => http.token = Some(string(&path, value)?),
+                "read_only" => match value.value {
+                    Value::Bool(flag) => http.read_only = flag,
+                    _ => return Err(invalid(&path, value, "expected true or false")),
+                },
                 _ => return Err(self.unknown(path, key)),
             }
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use delayq_storage::DEFAULT_MAX_PAYLOAD;
 
+use super::http::HttpConfig;
 use super::validate::redact_password;
 
 /// The whole configuration of one delayq node, as read from `cluster.yaml`.
@@ -16,6 +17,8 @@ use super::validate::redact_password;
 pub struct Config {
     /// Where the cluster's Redis is and how its keys are named (`redis:`).
     pub redis: RedisConfig,
+    /// Where the HTTP API, dashboard and /metrics listen, and who may act (`http:`).
+    pub http: HttpConfig,
     /// This node's identity and liveness settings (`node:`).
     pub node: NodeConfig,
     /// Prefetching, claiming and shutdown settings of the scheduler runtime (`engine:`).

@@ -1,0 +1,326 @@
+//! What operators see and do beside scheduling: the next pending tasks of a queue, dead
+//! letters (list, retry, purge), the live nodes with the partitions each owns, readiness, and
+//! the node gauges of the metrics. The `delayq` command line and `delayq-http` use these.
+//!
+//! Every listing reads each partition of the queue (a queue is spread over its partitions),
+//! merges and cuts to the limit, so a limit of N costs one bounded read per partition.
+
+use std::collections::{BTreeMap, HashSet};
+
+use bytes::Bytes;
+use delayq_coordinator::{owned_partitions, NodeInfo};
+use delayq_storage::{
+    partition_of, DeadTask, Partition, QueueName, ScheduleOutcome, TaskId, TaskState, MAX_DUE_MS,
+};
+use futures::stream::{self, StreamExt, TryStreamExt};
+
+use crate::error::EngineResult;
+use crate::runtime::Runtime;
+use crate::scheduler::Scheduler;
+
+/// The most entries one listing returns, whatever limit is asked.
+pub const MAX_LIST_LIMIT: usize = 1_000;
+/// Partitions read at once by a listing.
+const READ_CONCURRENCY: usize = 16;
+/// Dead letters read per round of a retry of all.
+const RETRY_CHUNK: usize = 500;
+
+/// A pending task (waiting for its due time, or for a retry), as `delayq pending` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingTask {
+    /// The task's id.
+    pub id: String,
+    /// When it is due, in cluster milliseconds.
+    pub due_ms: u64,
+    /// The attempt it will be (above 1 for a retry waiting for its backoff).
+    pub attempt: u32,
+    /// Bumped each time the id is scheduled again.
+    pub generation: u64,
+    /// The payload as scheduled.
+    pub payload: Bytes,
+    /// The error of the previous attempt, for a retry.
+    pub last_error: Option<String>,
+}
+
+/// A live node with the partitions it owns, as `delayq nodes` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// What the node registered: id, name, host, pid, version, start and heartbeat times.
+    pub info: NodeInfo,
+    /// Partitions owned per queue (queues where it owns none are left out).
+    pub partitions_by_queue: BTreeMap<String, usize>,
+    /// Partitions owned in all.
+    pub partitions: usize,
+    /// How long ago its heartbeat was refreshed, on the cluster clock.
+    pub heartbeat_age_ms: u64,
+}
+
+/// Whether this scheduler can serve: the store answers and, for a member, it has joined.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    /// `None` when the store answered; else why not.
+    pub store_error: Option<String>,
+    /// Whether this scheduler runs handlers (and so must be a member of the cluster).
+    pub member: bool,
+    /// Whether it is in the membership now (always false for a producer).
+    pub joined: bool,
+}
+
+impl Readiness {
+    /// Ready: the store answers, and a member has joined.
+    pub fn is_ready(&self) -> bool {
+        self.store_error.is_none() && (!self.member || self.joined)
+    }
+}
+
+impl Scheduler {
+    /// The next `limit` (at most [`MAX_LIST_LIMIT`]) pending tasks of `queue` by due time,
+    /// retries waiting for their backoff included. Empty for an unknown queue.
+    pub async fn pending(&self, queue: &str, limit: usize) -> EngineResult<Vec<PendingTask>> {
+        let queue = QueueName::new(queue)?;
+        let limit = limit.min(MAX_LIST_LIMIT);
+        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+            return Ok(Vec::new());
+        };
+        let store = self.store();
+        let mut entries: Vec<(u64, u32, TaskId)> = stream::iter(0..partitions)
+            .map(|index| {
+                let store = store.clone();
+                let partition = Partition::new(queue.clone(), index);
+                async move {
+                    let peeked = store.peek_window(&partition, 0, MAX_DUE_MS, limit).await?;
+                    Ok::<_, delayq_storage::StorageError>(
+                        peeked
+                            .into_iter()
+                            .map(|(id, due_ms)| (due_ms, index, id))
+                            .collect::<Vec<_>>(),
+                    )
+                }
+            })
+            .buffer_unordered(READ_CONCURRENCY)
+            .try_concat()
+            .await?;
+        entries.sort();
+        entries.truncate(limit);
+        let details: Vec<Option<PendingTask>> = stream::iter(entries)
+            .map(|(_, index, id)| {
+                let store = store.clone();
+                let partition = Partition::new(queue.clone(), index);
+                async move {
+                    let info = store.get(&partition, &id).await?;
+                    // Claimed or cancelled since the listing: no longer pending.
+                    Ok::<_, delayq_storage::StorageError>(
+                        info.filter(|info| info.state == TaskState::Pending)
+                            .map(|info| PendingTask {
+                                id: info.id.as_str().to_owned(),
+                                due_ms: info.due_ms,
+                                attempt: info.attempt,
+                                generation: info.generation,
+                                payload: info.payload,
+                                last_error: info.last_error,
+                            }),
+                    )
+                }
+            })
+            .buffered(READ_CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok(details.into_iter().flatten().collect())
+    }
+
+    /// The oldest `limit` (at most [`MAX_LIST_LIMIT`]) dead letters of `queue`, by the time
+    /// they failed, with their last error and attempts. Empty for an unknown queue.
+    pub async fn dead_letters(&self, queue: &str, limit: usize) -> EngineResult<Vec<DeadTask>> {
+        let queue = QueueName::new(queue)?;
+        let limit = limit.min(MAX_LIST_LIMIT);
+        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+            return Ok(Vec::new());
+        };
+        let store = self.store();
+        let mut dead: Vec<DeadTask> = stream::iter(0..partitions)
+            .map(|index| {
+                let store = store.clone();
+                let partition = Partition::new(queue.clone(), index);
+                async move { store.list_dead(&partition, limit).await }
+            })
+            .buffer_unordered(READ_CONCURRENCY)
+            .try_concat()
+            .await?;
+        dead.sort_by(|a, b| (a.failed_ms, &a.id).cmp(&(b.failed_ms, &b.id)));
+        dead.truncate(limit);
+        Ok(dead)
+    }
+
+    /// Schedules the dead letter `id` again, due now with attempt 1, and wakes its owner.
+    /// Returns whether it was dead.
+    pub async fn retry_dead(&self, queue: &str, id: &str) -> EngineResult<bool> {
+        let Some(partition) = self.partition_of_known(queue, id).await? else {
+            return Ok(false);
+        };
+        let id = TaskId::new(id)?;
+        let now = self.now_ms();
+        let retried = self.store().retry_dead(&partition, &id, now).await?;
+        if retried {
+            self.announce(&partition, now, now, &ScheduleOutcome::Created)
+                .await;
+        }
+        Ok(retried)
+    }
+
+    /// Schedules every dead letter of `queue` again, due now with attempt 1. Returns how
+    /// many. A task that dies again while this runs is not retried twice.
+    pub async fn retry_all_dead(&self, queue: &str) -> EngineResult<u64> {
+        let queue = QueueName::new(queue)?;
+        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+            return Ok(0);
+        };
+        let store = self.store();
+        let mut retried = 0u64;
+        for index in 0..partitions {
+            let partition = Partition::new(queue.clone(), index);
+            let mut seen: HashSet<TaskId> = HashSet::new();
+            loop {
+                let now = self.now_ms();
+                let dead = store.list_dead(&partition, RETRY_CHUNK).await?;
+                let fresh: Vec<TaskId> = dead
+                    .into_iter()
+                    .map(|task| task.id)
+                    .filter(|id| !seen.contains(id))
+                    .collect();
+                if fresh.is_empty() {
+                    break;
+                }
+                for id in fresh {
+                    if store.retry_dead(&partition, &id, now).await? {
+                        retried += 1;
+                    }
+                    seen.insert(id);
+                }
+                self.announce(&partition, now, now, &ScheduleOutcome::Created)
+                    .await;
+            }
+        }
+        Ok(retried)
+    }
+
+    /// Deletes the dead letter `id`. Returns whether it was dead.
+    pub async fn purge_dead(&self, queue: &str, id: &str) -> EngineResult<bool> {
+        let Some(partition) = self.partition_of_known(queue, id).await? else {
+            return Ok(false);
+        };
+        let id = TaskId::new(id)?;
+        Ok(self.store().purge_dead(&partition, Some(&id)).await? > 0)
+    }
+
+    /// Deletes every dead letter of `queue`. Returns how many.
+    pub async fn purge_all_dead(&self, queue: &str) -> EngineResult<u64> {
+        let queue = QueueName::new(queue)?;
+        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+            return Ok(0);
+        };
+        let store = self.store();
+        let counts: Vec<u64> = stream::iter(0..partitions)
+            .map(|index| {
+                let store = store.clone();
+                let partition = Partition::new(queue.clone(), index);
+                async move { store.purge_dead(&partition, None).await }
+            })
+            .buffer_unordered(READ_CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok(counts.into_iter().sum())
+    }
+
+    /// The live nodes (the members of the cluster) with the partitions each owns, sorted by
+    /// id. Registry entries of nodes that are no longer members are left out.
+    pub async fn nodes(&self) -> EngineResult<Vec<NodeStatus>> {
+        let nodes = self.coordinator().nodes().await?;
+        let queues = self.store().queues().await?;
+        let members = self.membership().members;
+        let now_ms = self.now_ms();
+        Ok(nodes
+            .into_iter()
+            .filter(|node| members.iter().any(|member| member.id == node.id))
+            .map(|info| {
+                let partitions_by_queue: BTreeMap<String, usize> = queues
+                    .iter()
+                    .map(|(queue, partitions)| {
+                        let owned =
+                            owned_partitions(&info.id, queue.as_str(), *partitions, &members);
+                        (queue.as_str().to_owned(), owned.len())
+                    })
+                    .filter(|(_, owned)| *owned > 0)
+                    .collect();
+                NodeStatus {
+                    partitions: partitions_by_queue.values().sum(),
+                    partitions_by_queue,
+                    heartbeat_age_ms: now_ms.saturating_sub(info.last_heartbeat_ms),
+                    info,
+                }
+            })
+            .collect())
+    }
+
+    /// Whether this scheduler can serve now (`/readyz`): the store answers a read and, when
+    /// it runs handlers, it is a member of the cluster.
+    pub async fn readiness(&self) -> Readiness {
+        let store_error = match self.store().queues().await {
+            Ok(_) => None,
+            Err(error) => Some(error.to_string()),
+        };
+        Readiness {
+            store_error,
+            member: self.runtime.is_member(),
+            joined: self.membership().contains(self.node_id()),
+        }
+    }
+
+    /// The partition of `id` in `queue`, or `None` when the store does not know the queue.
+    async fn partition_of_known(&self, queue: &str, id: &str) -> EngineResult<Option<Partition>> {
+        let queue = QueueName::new(queue)?;
+        let id = TaskId::new(id)?;
+        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Partition::new(queue, partition_of(&id, partitions))))
+    }
+}
+
+/// Counts a schedule that stored a task (`delayq_tasks_scheduled_total`).
+pub(crate) fn record_scheduled(queue: &QueueName, outcome: &ScheduleOutcome) {
+    if matches!(
+        outcome,
+        ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. }
+    ) {
+        metrics::counter!("delayq_tasks_scheduled_total", "queue" => queue.as_str().to_owned())
+            .increment(1);
+    }
+}
+
+/// Sets the node gauges: members seen, prefetched timer entries, partitions owned per
+/// queue served (zero for a queue whose partitions all moved away).
+pub(crate) fn record_node_gauges(runtime: &Runtime) {
+    let membership = runtime.coordinator.membership().borrow().clone();
+    metrics::gauge!("delayq_cluster_members").set(membership.members.len() as f64);
+    metrics::gauge!("delayq_prefetched_tasks").set(runtime.timer.len() as f64);
+    let mut owned: BTreeMap<String, usize> = runtime
+        .queues
+        .iter()
+        .map(|queue| (queue.name.as_str().to_owned(), 0))
+        .collect();
+    for partition in runtime.workers.lock().keys() {
+        *owned
+            .entry(partition.queue.as_str().to_owned())
+            .or_insert(0) += 1;
+    }
+    for (queue, count) in owned {
+        metrics::gauge!("delayq_partitions_owned", "queue" => queue).set(count as f64);
+    }
+}
+
+impl Scheduler {
+    /// The configuration this scheduler runs with (the HTTP layer reads its limits).
+    pub fn config(&self) -> &crate::config::Config {
+        &self.runtime.config
+    }
+}

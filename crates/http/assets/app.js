@@ -1,0 +1,356 @@
+// The delayq dashboard: reads /v1 every 2 s and renders queues, nodes, the selected
+// queue's upcoming tasks and dead letters, and a look-up by id. Everything from the server
+// goes into the page as text (never as HTML). A token, when the server asks for one, is
+// kept in this tab's sessionStorage and sent as a header: no cookies.
+"use strict";
+
+const REFRESH_MS = 2000;
+const LIST_LIMIT = 50;
+const TOKEN_KEY = "delayq-token";
+
+const state = {
+  selected: decodeURIComponent((location.hash.match(/queue=([^&]+)/) || [])[1] || ""),
+  paused: false,
+  timer: null,
+  askingToken: null,
+};
+
+// ---- small helpers -------------------------------------------------------------------
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+const numberFormat = new Intl.NumberFormat("en-US");
+function count(value) {
+  return numberFormat.format(value || 0);
+}
+
+// A duration in ms as a short text: "850 ms", "4.2 s", "3 m 04 s", "5 h 12 m", "3 d 4 h".
+function duration(ms) {
+  const sign = ms < 0 ? "−" : "";
+  ms = Math.abs(ms);
+  if (ms < 1000) return `${sign}${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 60) return `${sign}${s.toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${sign}${m} m ${String(Math.floor(s % 60)).padStart(2, "0")} s`;
+  const h = Math.floor(m / 60);
+  if (h < 48) return `${sign}${h} h ${String(m % 60).padStart(2, "0")} m`;
+  return `${sign}${Math.floor(h / 24)} d ${h % 24} h`;
+}
+
+function clock(ms) {
+  const date = new Date(ms);
+  const today = new Date();
+  const time = date.toLocaleTimeString("en-GB", { hour12: false });
+  if (date.toDateString() === today.toDateString()) return time;
+  return `${date.toISOString().slice(0, 10)} ${time}`;
+}
+
+function preview(text, max) {
+  if (text === undefined || text === null) return "";
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
+function queuePath(queue) {
+  return `v1/queues/${encodeURIComponent(queue)}`;
+}
+
+function toast(message, kind) {
+  const box = document.getElementById("toast");
+  box.textContent = message;
+  box.className = `toast ${kind || ""}`;
+  box.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => { box.hidden = true; }, 4000);
+}
+
+function banner(message) {
+  const box = document.getElementById("banner");
+  box.textContent = message || "";
+  box.hidden = !message;
+}
+
+// ---- the API -------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+function askToken(wrong) {
+  if (state.askingToken) return state.askingToken;
+  const dialog = document.getElementById("token-dialog");
+  const input = document.getElementById("token-input");
+  input.value = "";
+  input.placeholder = wrong ? "that token was refused; try again" : "token";
+  state.askingToken = new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+      state.askingToken = null;
+      resolve();
+    }, { once: true });
+  });
+  dialog.showModal();
+  return state.askingToken;
+}
+
+async function api(method, path, body) {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const headers = { Accept: "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = `Bearer ${token}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      credentials: "omit",
+      cache: "no-store",
+    });
+    if (response.status === 401) {
+      await askToken(Boolean(token));
+      continue;
+    }
+    const text = await response.text();
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+    if (!response.ok) {
+      throw new ApiError(response.status, (data && data.error) || `${response.status} ${response.statusText}`);
+    }
+    return data;
+  }
+  throw new ApiError(401, "no valid token");
+}
+
+// ---- rendering -----------------------------------------------------------------------
+
+function setRows(tableId, rows, emptyText, columns) {
+  const body = document.querySelector(`#${tableId} tbody`);
+  if (rows.length === 0) {
+    body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: columns }, emptyText)));
+  } else {
+    body.replaceChildren(...rows);
+  }
+}
+
+function cell(value, cls) {
+  return el("td", { class: cls }, value);
+}
+
+function renderSummary(stats, nodes) {
+  const queues = Object.values(stats);
+  const total = (key) => queues.reduce((sum, counts) => sum + (counts[key] || 0), 0);
+  const dead = total("dead");
+  const items = [
+    ["nodes", nodes.length, nodes.length ? "ok" : "warn"],
+    ["queues", queues.length, ""],
+    ["pending", total("pending"), ""],
+    ["in flight", total("inflight"), total("inflight") ? "busy" : ""],
+    ["dead", dead, dead ? "bad" : "ok"],
+  ];
+  document.getElementById("summary").replaceChildren(...items.map(([label, value, tone]) =>
+    el("span", { class: `stat ${tone}` }, el("b", {}, count(value)), ` ${label}`)));
+}
+
+function latenessCell(lateness, key) {
+  if (!lateness || !lateness.count) return cell("—", "num muted");
+  const ms = lateness[key];
+  const tone = ms <= 5 ? "ok" : ms <= 50 ? "warn" : "bad";
+  return el("td", { class: `num ${tone}-text` }, `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`);
+}
+
+function renderQueues(stats, lateness) {
+  const names = Object.keys(stats).sort();
+  if (!state.selected && names.length) {
+    state.selected = names.find((name) => stats[name].dead > 0) || names[0];
+  }
+  const rows = names.map((name) => {
+    const counts = stats[name];
+    const selected = name === state.selected;
+    return el("tr", {
+      class: `clickable${selected ? " selected" : ""}`,
+      dataset: { queue: name },
+      tabindex: 0,
+      onclick: () => selectQueue(name),
+      onkeydown: (event) => { if (event.key === "Enter") selectQueue(name); },
+    },
+    el("td", { class: "queue" }, name),
+    cell(count(counts.pending), "num"),
+    cell(count(counts.due_now), counts.due_now ? "num warn-text" : "num muted"),
+    cell(count(counts.inflight), counts.inflight ? "num busy-text" : "num muted"),
+    el("td", { class: "num" }, counts.dead ? el("span", { class: "pill bad" }, count(counts.dead)) : el("span", { class: "muted" }, "0")),
+    cell(count(counts.done), "num muted"),
+    latenessCell(lateness[name], "p50_ms"),
+    latenessCell(lateness[name], "p99_ms"));
+  });
+  setRows("queues", rows, "No queues yet: schedule a task and it appears here.", 8);
+  for (const label of document.querySelectorAll("[data-selected-queue]")) {
+    label.textContent = state.selected ? `· ${state.selected}` : "";
+  }
+}
+
+function renderNodes(nodes) {
+  const now = Date.now();
+  const rows = nodes.map((node) => {
+    const age = node.heartbeat_age_ms;
+    const tone = age < 2000 ? "ok" : age < 5000 ? "warn" : "bad";
+    const chips = Object.entries(node.partitions_by_queue || {}).map(([queue, owned]) =>
+      el("span", { class: "chip" }, queue, el("b", {}, String(owned))));
+    return el("tr", {},
+      el("td", {}, el("span", { class: `dot ${tone}` }), node.name),
+      el("td", { class: "mono muted", title: node.id }, node.id.slice(0, 8)),
+      cell(node.host),
+      cell(node.pid, "num"),
+      cell(node.version, "muted"),
+      cell(duration(Math.max(0, now - node.started_ms)), "num"),
+      el("td", { class: `num ${tone}-text` }, `${duration(age)} ago`),
+      cell(count(node.partitions), "num"),
+      el("td", { class: "chips" }, chips.length ? chips : el("span", { class: "muted" }, "none")));
+  });
+  setRows("nodes", rows, "No live nodes: start one with `delayq node`.", 9);
+  document.getElementById("nodes-hint").textContent =
+    nodes.length ? `${nodes.length} live, partitions by rendezvous hashing` : "";
+}
+
+function renderPending(tasks) {
+  const now = Date.now();
+  const rows = tasks.map((task) => el("tr", {},
+    el("td", { class: "mono" }, task.id),
+    cell(task.due_ms <= now ? "due" : duration(task.due_ms - now), task.due_ms <= now ? "num warn-text" : "num"),
+    cell(clock(task.due_ms), "muted"),
+    el("td", { class: "num" }, task.attempt > 1 ? el("span", { class: "pill warn", title: task.last_error || "" }, `retry ${task.attempt}`) : "1"),
+    el("td", { class: "mono muted payload", title: task.payload || "" }, preview(task.payload, 60))));
+  setRows("pending", rows, state.selected ? "Nothing pending." : "Select a queue.", 5);
+}
+
+function renderDead(tasks) {
+  const rows = tasks.map((task) => el("tr", { dataset: { id: task.id } },
+    el("td", { class: "mono" }, task.id),
+    cell(clock(task.failed_ms), "muted"),
+    cell(task.attempt, "num"),
+    el("td", { class: "error", title: task.last_error || "" }, preview(task.last_error || "", 140)),
+    el("td", { class: "row-actions" },
+      el("button", { type: "button", class: "action small", "data-action": "retry", onclick: () => retryOne(task.id) }, "Retry"),
+      el("button", { type: "button", class: "action small danger", "data-action": "purge", onclick: () => purgeOne(task.id) }, "Purge"))));
+  setRows("dead", rows, state.selected ? "No dead letters. 🎉" : "Select a queue.", 5);
+  const none = tasks.length === 0;
+  document.getElementById("retry-all").disabled = none;
+  document.getElementById("purge-all").disabled = none;
+}
+
+function renderTask(task) {
+  const fields = [
+    ["queue", task.queue], ["id", task.id], ["due", `${clock(task.due_ms)} (${task.due_ms})`],
+    ["attempt", task.attempt], ["generation", task.generation],
+  ];
+  if (task.state_since_ms) fields.push([`${task.state} since`, clock(task.state_since_ms)]);
+  if (task.last_error) fields.push(["last error", task.last_error]);
+  fields.push(["payload", task.payload !== undefined ? task.payload : `(base64) ${task.payload_base64}`]);
+  return el("div", { class: "task" },
+    el("span", { class: `state ${task.state}` }, task.state),
+    el("dl", {}, fields.map(([key, value]) => [el("dt", {}, key), el("dd", { class: key === "payload" ? "mono" : "" }, String(value))])));
+}
+
+// ---- actions -------------------------------------------------------------------------
+
+function selectQueue(name) {
+  state.selected = name;
+  history.replaceState(null, "", `#queue=${encodeURIComponent(name)}`);
+  refresh();
+}
+
+async function act(label, method, path, confirmText) {
+  if (confirmText && !window.confirm(confirmText)) return;
+  try {
+    const result = await api(method, path);
+    const n = result.retried !== undefined ? result.retried : result.purged;
+    toast(`${label}: ${count(n)}`, "ok");
+  } catch (error) {
+    toast(`${label} failed: ${error.message}`, "bad");
+  }
+  refresh();
+}
+
+function retryOne(id) {
+  act(`retried ${id}`, "POST", `${queuePath(state.selected)}/dead/${encodeURIComponent(id)}/retry`);
+}
+
+function purgeOne(id) {
+  act(`purged ${id}`, "DELETE", `${queuePath(state.selected)}/dead/${encodeURIComponent(id)}`,
+    `Delete the dead letter ${id} of ${state.selected}? This cannot be undone.`);
+}
+
+document.getElementById("retry-all").addEventListener("click", () =>
+  act("retried", "POST", `${queuePath(state.selected)}/dead/retry`));
+document.getElementById("purge-all").addEventListener("click", () =>
+  act("purged", "DELETE", `${queuePath(state.selected)}/dead`,
+    `Delete every dead letter of ${state.selected}? This cannot be undone.`));
+
+document.getElementById("lookup").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const form = new FormData(event.target);
+  const out = document.getElementById("lookup-result");
+  try {
+    const task = await api("GET", `${queuePath(form.get("queue").trim())}/tasks/${encodeURIComponent(form.get("id"))}`);
+    out.replaceChildren(renderTask(task));
+  } catch (error) {
+    out.replaceChildren(el("p", { class: error.status === 404 ? "muted" : "bad-text" }, error.message));
+  }
+});
+
+document.getElementById("pause").addEventListener("click", (event) => {
+  state.paused = !state.paused;
+  event.target.textContent = state.paused ? "Resume" : "Pause";
+  event.target.classList.toggle("on", state.paused);
+  if (!state.paused) refresh();
+});
+
+// ---- the refresh loop ----------------------------------------------------------------
+
+async function refresh() {
+  clearTimeout(state.timer);
+  try {
+    const [stats, nodes, lateness] = await Promise.all([
+      api("GET", "v1/queues"),
+      api("GET", "v1/nodes"),
+      api("GET", "v1/lateness").catch(() => ({})),
+    ]);
+    renderSummary(stats, nodes);
+    renderQueues(stats, lateness || {});
+    renderNodes(nodes);
+    if (state.selected && stats[state.selected]) {
+      const [pending, dead] = await Promise.all([
+        api("GET", `${queuePath(state.selected)}/pending?limit=${LIST_LIMIT}`),
+        api("GET", `${queuePath(state.selected)}/dead?limit=${LIST_LIMIT}`),
+      ]);
+      renderPending(pending);
+      renderDead(dead);
+    } else {
+      renderPending([]);
+      renderDead([]);
+    }
+    banner("");
+    document.getElementById("updated").textContent = `updated ${clock(Date.now())}`;
+  } catch (error) {
+    banner(`Cannot read the cluster: ${error.message}`);
+  }
+  if (!state.paused) state.timer = setTimeout(refresh, REFRESH_MS);
+}
+
+refresh();

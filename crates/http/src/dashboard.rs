@@ -1,0 +1,49 @@
+//! The dashboard: one page, a script and a style sheet, embedded in the binary (no build
+//! step, no Node toolchain). The page reads the same `/v1` API as everyone else.
+
+use axum::extract::{OriginalUri, Path};
+use axum::http::header;
+use axum::response::{Html, IntoResponse, Response};
+
+use crate::error::ApiError;
+
+const INDEX: &str = include_str!("../assets/index.html");
+const SCRIPT: &str = include_str!("../assets/app.js");
+const STYLE: &str = include_str!("../assets/style.css");
+
+/// `GET /`: the page. Its `<base>` is the path it was asked for (with a trailing slash), so
+/// its relative requests work wherever the router is mounted (`/`, `/delayq`, ...).
+pub(crate) async fn index(OriginalUri(uri): OriginalUri) -> Response {
+    let path = uri.path();
+    let base = if path.ends_with('/') {
+        path.to_owned()
+    } else {
+        format!("{path}/")
+    };
+    let base = base
+        .replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;");
+    (
+        [(header::CACHE_CONTROL, "no-cache")],
+        Html(INDEX.replace("{{BASE}}", &base)),
+    )
+        .into_response()
+}
+
+/// `GET /assets/{file}`: the script and the style sheet.
+pub(crate) async fn asset(Path(file): Path<String>) -> Response {
+    let (body, content_type) = match file.as_str() {
+        "app.js" => (SCRIPT, "text/javascript; charset=utf-8"),
+        "style.css" => (STYLE, "text/css; charset=utf-8"),
+        _ => return ApiError::not_found(format!("no such asset: {file}")).into_response(),
+    };
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}

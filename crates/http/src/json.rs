@@ -1,0 +1,188 @@
+//! The JSON objects of the API, shared with the command line's `--json` output, so that
+//! `delayq get` and `GET /v1/queues/{queue}/tasks/{id}` print the same thing.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use delayq_coordinator::QueueFilter;
+use delayq_engine::admin::{NodeStatus, PendingTask};
+use delayq_storage::{Cancel, DeadTask, PartitionStats, TaskInfo};
+use serde_json::{json, Map, Value};
+
+/// Puts the payload into `object`: as `"payload"` (a string) when it is UTF-8, else as
+/// `"payload_base64"` (standard base64 with padding).
+pub fn insert_payload(object: &mut Map<String, Value>, payload: &[u8]) {
+    match std::str::from_utf8(payload) {
+        Ok(text) => object.insert("payload".to_owned(), Value::from(text)),
+        Err(_) => object.insert(
+            "payload_base64".to_owned(),
+            Value::from(base64::engine::general_purpose::STANDARD.encode(payload)),
+        ),
+    };
+}
+
+/// A task as `delayq get` prints it: queue, id, state, due_ms, attempt, generation, payload,
+/// last_error, state_since_ms.
+pub fn task(queue: &str, info: &TaskInfo) -> Value {
+    let mut object = Map::new();
+    object.insert("queue".to_owned(), Value::from(queue));
+    object.insert("id".to_owned(), Value::from(info.id.as_str()));
+    object.insert("state".to_owned(), Value::from(info.state.as_str()));
+    object.insert("due_ms".to_owned(), Value::from(info.due_ms));
+    object.insert("attempt".to_owned(), Value::from(info.attempt));
+    object.insert("generation".to_owned(), Value::from(info.generation));
+    insert_payload(&mut object, &info.payload);
+    object.insert(
+        "last_error".to_owned(),
+        Value::from(info.last_error.clone()),
+    );
+    object.insert(
+        "state_since_ms".to_owned(),
+        Value::from(info.state_since_ms),
+    );
+    Value::Object(object)
+}
+
+/// Per-queue counts as `delayq stats --json` prints them:
+/// `{"<queue>":{"pending","due_now","inflight","dead","done"}}`.
+pub fn stats(stats: &BTreeMap<String, PartitionStats>) -> Value {
+    let object: Map<String, Value> = stats
+        .iter()
+        .map(|(queue, counts)| {
+            let counts = json!({
+                "pending": counts.pending,
+                "due_now": counts.due_now,
+                "inflight": counts.inflight,
+                "dead": counts.dead,
+                "done": counts.done,
+            });
+            (queue.clone(), counts)
+        })
+        .collect();
+    Value::Object(object)
+}
+
+/// The live nodes as `delayq nodes --json` prints them.
+pub fn nodes(nodes: &[NodeStatus]) -> Value {
+    Value::Array(nodes.iter().map(node).collect())
+}
+
+fn node(status: &NodeStatus) -> Value {
+    let node = &status.info;
+    let queues = match &node.queues {
+        QueueFilter::All => Value::from("*"),
+        QueueFilter::Only(queues) => Value::from(queues.clone()),
+    };
+    json!({
+        "id": node.id.as_str(),
+        "name": node.name,
+        "host": node.host,
+        "pid": node.pid,
+        "version": node.version,
+        "started_ms": node.started_ms,
+        "last_heartbeat_ms": node.last_heartbeat_ms,
+        "heartbeat_age_ms": status.heartbeat_age_ms,
+        "queues": queues,
+        "partitions": status.partitions,
+        "partitions_by_queue": status.partitions_by_queue,
+    })
+}
+
+/// The next pending tasks as `delayq pending --json` prints them.
+pub fn pending(queue: &str, tasks: &[PendingTask]) -> Value {
+    Value::Array(
+        tasks
+            .iter()
+            .map(|task| {
+                let mut object = Map::new();
+                object.insert("queue".to_owned(), Value::from(queue));
+                object.insert("id".to_owned(), Value::from(task.id.as_str()));
+                object.insert("due_ms".to_owned(), Value::from(task.due_ms));
+                object.insert("attempt".to_owned(), Value::from(task.attempt));
+                object.insert("generation".to_owned(), Value::from(task.generation));
+                insert_payload(&mut object, &task.payload);
+                object.insert(
+                    "last_error".to_owned(),
+                    Value::from(task.last_error.clone()),
+                );
+                Value::Object(object)
+            })
+            .collect(),
+    )
+}
+
+/// Dead letters as `delayq dead --json` prints them.
+pub fn dead(queue: &str, tasks: &[DeadTask]) -> Value {
+    Value::Array(
+        tasks
+            .iter()
+            .map(|task| {
+                let mut object = Map::new();
+                object.insert("queue".to_owned(), Value::from(queue));
+                object.insert("id".to_owned(), Value::from(task.id.as_str()));
+                object.insert("due_ms".to_owned(), Value::from(task.due_ms));
+                object.insert("attempt".to_owned(), Value::from(task.attempt));
+                object.insert("failed_ms".to_owned(), Value::from(task.failed_ms));
+                object.insert(
+                    "last_error".to_owned(),
+                    Value::from(task.last_error.clone()),
+                );
+                insert_payload(&mut object, &task.payload);
+                Value::Object(object)
+            })
+            .collect(),
+    )
+}
+
+/// The answer of a cancel: `{"cancelled":true|false}`, plus `"state":"inflight"` when the
+/// task's handler was running (it cannot be un-run; no retry follows it).
+pub fn cancelled(outcome: Cancel) -> Value {
+    match outcome.state() {
+        Some(state) => json!({ "cancelled": outcome.cancelled(), "state": state }),
+        None => json!({ "cancelled": outcome.cancelled() }),
+    }
+}
+
+/// The answer of a retry of dead letters: `{"retried":N}`.
+pub fn retried(count: u64) -> Value {
+    json!({ "retried": count })
+}
+
+/// The answer of a purge of dead letters: `{"purged":N}`.
+pub fn purged(count: u64) -> Value {
+    json!({ "purged": count })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_utf8_payload_goes_to_payload_base64() {
+        let mut object = Map::new();
+        insert_payload(&mut object, &[0xff, 0x00]);
+        assert_eq!(object.get("payload_base64"), Some(&Value::from("/wA=")));
+        let mut object = Map::new();
+        insert_payload(&mut object, b"{\"a\":1}");
+        assert_eq!(object.get("payload"), Some(&Value::from("{\"a\":1}")));
+    }
+
+    #[test]
+    fn stats_are_keyed_by_queue() {
+        let mut counts = BTreeMap::new();
+        counts.insert(
+            "orders".to_owned(),
+            PartitionStats {
+                pending: 3,
+                due_now: 1,
+                inflight: 2,
+                dead: 0,
+                done: 9,
+            },
+        );
+        assert_eq!(
+            stats(&counts),
+            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
+        );
+    }
+}

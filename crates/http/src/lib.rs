@@ -1,0 +1,177 @@
+//! # delayq-http
+//!
+//! The HTTP API, Prometheus `/metrics` and the web dashboard of delayq, as an
+//! [`axum::Router`]: `delayq serve` and `delayq node --listen` serve it, and a service that
+//! embeds a [`Scheduler`](delayq_engine::Scheduler) can mount it beside its own routes.
+//!
+//! ```no_run
+//! use delayq_engine::{config::Config, Scheduler};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = Config::load_or_default(None)?;
+//! let scheduler = Scheduler::builder(config).start().await?;
+//! let mut options = delayq_http::HttpOptions::from_config(scheduler.config());
+//! // Optional: a Prometheus recorder for /metrics (skip it if the service has its own).
+//! options.metrics = Some(delayq_http::install_prometheus()?);
+//! let app = axum::Router::new()
+//!     .route("/", axum::routing::get(|| async { "my service" }))
+//!     .nest("/delayq", delayq_http::router(scheduler, options));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7070").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Endpoints (JSON in and out, the same objects as the command line's `--json`; errors are
+//! `{"error": "..."}` with 400, 401, 403, 404, 413 or 503):
+//!
+//! ```text
+//! PUT    /v1/queues/{queue}/tasks/{id}        {"delay_ms":N} | {"due_ms":N} | {"in":"30s"} | {"at":"RFC3339"}, optional "payload"
+//! POST   /v1/queues/{queue}/tasks             [{"id":..,"delay_ms":..,"payload":..}, ...]
+//! GET    /v1/queues/{queue}/tasks/{id}        the task, 404 when unknown
+//! DELETE /v1/queues/{queue}/tasks/{id}        cancel
+//! GET    /v1/queues                           per-queue counts
+//! GET    /v1/queues/{queue}/pending?limit=N   the next N pending tasks
+//! GET    /v1/queues/{queue}/dead?limit=N      dead letters
+//! POST   /v1/queues/{queue}/dead/{id}/retry   POST /v1/queues/{queue}/dead/retry retries all
+//! DELETE /v1/queues/{queue}/dead/{id}         DELETE /v1/queues/{queue}/dead purges all
+//! GET    /v1/nodes                            live nodes and the partitions they own
+//! GET    /healthz  /readyz  /metrics  /
+//! ```
+//!
+//! With a token, `/v1` needs `Authorization: Bearer <token>` (compared in constant time);
+//! `/healthz`, `/readyz`, `/metrics` and the dashboard page stay open (the page asks for the
+//! token and sends it as a header: no cookies, so no cross-site request forgery).
+
+#![warn(missing_docs)]
+
+mod auth;
+mod dashboard;
+mod error;
+pub mod json;
+mod prometheus;
+mod routes;
+pub mod time;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post, put};
+use axum::Router;
+use delayq_engine::config::Config;
+use delayq_engine::Scheduler;
+
+pub use error::{ApiError, HttpError};
+pub use metrics_exporter_prometheus::PrometheusHandle;
+pub use prometheus::{install_prometheus, prometheus_builder, DURATION_BUCKETS, LATENESS_BUCKETS};
+
+/// Room for the JSON around a payload of `max_payload` bytes (keys, escapes, a bulk list).
+pub const BODY_SLACK: usize = 64 * 1024;
+
+/// How the router behaves: token, read-only mode, limits and metrics.
+#[derive(Clone)]
+pub struct HttpOptions {
+    /// The bearer token `/v1` requires; `None`: open.
+    pub token: Option<String>,
+    /// Refuse every change with 403.
+    pub read_only: bool,
+    /// Largest request body: `engine.max_payload` plus [`BODY_SLACK`]. Larger is 413.
+    pub body_limit: usize,
+    /// The Prometheus recorder's handle `/metrics` renders; `None`: `/metrics` answers 404
+    /// (the embedding service exports metrics its own way).
+    pub metrics: Option<PrometheusHandle>,
+    /// How long the queue counts behind `delayq_queue_tasks` are reused between scrapes, so
+    /// scrapes never cost one Redis scan each.
+    pub queue_stats_ttl: Duration,
+}
+
+impl std::fmt::Debug for HttpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOptions")
+            .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .field("read_only", &self.read_only)
+            .field("body_limit", &self.body_limit)
+            .field("metrics", &self.metrics.is_some())
+            .field("queue_stats_ttl", &self.queue_stats_ttl)
+            .finish()
+    }
+}
+
+impl HttpOptions {
+    /// The options of `config`'s `http:` section, the body limit from `engine.max_payload`,
+    /// no metrics handle yet.
+    pub fn from_config(config: &Config) -> Self {
+        HttpOptions {
+            token: config.http.token.clone(),
+            read_only: config.http.read_only,
+            body_limit: config.engine.max_payload.saturating_add(BODY_SLACK),
+            metrics: None,
+            queue_stats_ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub(crate) scheduler: Scheduler,
+    pub(crate) options: HttpOptions,
+    pub(crate) gauges: prometheus::QueueGauges,
+}
+
+/// Shared state as the handlers extract it.
+pub(crate) type State = axum::extract::State<Arc<AppState>>;
+
+/// The API, `/metrics`, the health checks and the dashboard for `scheduler`, ready to be
+/// served or nested under a path of a larger application.
+pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
+    let body_limit = options.body_limit;
+    let state = Arc::new(AppState {
+        scheduler,
+        options,
+        gauges: prometheus::QueueGauges::default(),
+    });
+    let v1 = Router::new()
+        .route("/queues", get(routes::queues::stats))
+        .route("/queues/{queue}/tasks", post(routes::tasks::schedule_many))
+        .route(
+            "/queues/{queue}/tasks/{id}",
+            put(routes::tasks::schedule)
+                .get(routes::tasks::get)
+                .delete(routes::tasks::cancel),
+        )
+        .route("/queues/{queue}/pending", get(routes::queues::pending))
+        .route(
+            "/queues/{queue}/dead",
+            get(routes::queues::dead).delete(routes::queues::purge_all),
+        )
+        .route(
+            "/queues/{queue}/dead/retry",
+            post(routes::queues::retry_all),
+        )
+        .route(
+            "/queues/{queue}/dead/{id}",
+            axum::routing::delete(routes::queues::purge_one),
+        )
+        .route(
+            "/queues/{queue}/dead/{id}/retry",
+            post(routes::queues::retry_one),
+        )
+        .route("/nodes", get(routes::cluster::nodes))
+        .route("/lateness", get(prometheus::lateness))
+        .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(routes::cluster::healthz))
+        .route("/readyz", get(routes::cluster::readyz))
+        .route("/metrics", get(prometheus::render))
+        .route("/", get(dashboard::index))
+        .route("/assets/{file}", get(dashboard::asset))
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}

@@ -1,0 +1,87 @@
+//! Queues: counts, upcoming tasks, and the dead letters (list, retry, purge).
+
+use axum::extract::{Path, Query};
+use axum::Json;
+use serde_json::Value;
+
+use super::{queue_name, task_ref, Limit};
+use crate::error::ApiError;
+use crate::{json, State};
+
+/// Per-queue counts as `delayq stats --json`.
+pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
+    let stats = state.scheduler.stats().await?;
+    Ok(Json(json::stats(&stats)))
+}
+
+/// The next pending tasks by due time.
+pub(crate) async fn pending(
+    state: State,
+    Path(queue): Path<String>,
+    Query(limit): Query<Limit>,
+) -> Result<Json<Value>, ApiError> {
+    queue_name(&queue)?;
+    let tasks = state.scheduler.pending(&queue, limit.get()?).await?;
+    Ok(Json(json::pending(&queue, &tasks)))
+}
+
+/// Dead letters, oldest first, with their last error.
+pub(crate) async fn dead(
+    state: State,
+    Path(queue): Path<String>,
+    Query(limit): Query<Limit>,
+) -> Result<Json<Value>, ApiError> {
+    queue_name(&queue)?;
+    let tasks = state.scheduler.dead_letters(&queue, limit.get()?).await?;
+    Ok(Json(json::dead(&queue, &tasks)))
+}
+
+/// Retries one dead letter (due now, attempt 1); 404 when it is not dead.
+pub(crate) async fn retry_one(
+    state: State,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    task_ref(&queue, &id)?;
+    if state.scheduler.retry_dead(&queue, &id).await? {
+        Ok(Json(json::retried(1)))
+    } else {
+        Err(no_dead_letter(&queue, &id))
+    }
+}
+
+/// Retries every dead letter of the queue.
+pub(crate) async fn retry_all(
+    state: State,
+    Path(queue): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    queue_name(&queue)?;
+    let count = state.scheduler.retry_all_dead(&queue).await?;
+    Ok(Json(json::retried(count)))
+}
+
+/// Deletes one dead letter; 404 when it is not dead.
+pub(crate) async fn purge_one(
+    state: State,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    task_ref(&queue, &id)?;
+    if state.scheduler.purge_dead(&queue, &id).await? {
+        Ok(Json(json::purged(1)))
+    } else {
+        Err(no_dead_letter(&queue, &id))
+    }
+}
+
+/// Deletes every dead letter of the queue.
+pub(crate) async fn purge_all(
+    state: State,
+    Path(queue): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    queue_name(&queue)?;
+    let count = state.scheduler.purge_all_dead(&queue).await?;
+    Ok(Json(json::purged(count)))
+}
+
+fn no_dead_letter(queue: &str, id: &str) -> ApiError {
+    ApiError::not_found(format!("no dead letter {id:?} in queue {queue:?}"))
+}

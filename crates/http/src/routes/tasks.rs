@@ -1,0 +1,161 @@
+//! One task: schedule (PUT), look up (GET), cancel (DELETE); and many at once (POST).
+
+use std::time::Duration;
+
+use axum::extract::Path;
+use axum::Json;
+use bytes::Bytes;
+use delayq_engine::{ScheduleRequest, When};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{queue_name, task_ref, Body};
+use crate::error::ApiError;
+use crate::{json, time, State};
+
+/// A task as a body gives it: its id (bulk only), exactly one of the four forms of its due
+/// time, and an optional payload.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TaskBody {
+    id: Option<String>,
+    delay_ms: Option<u64>,
+    due_ms: Option<u64>,
+    #[serde(rename = "in")]
+    delay: Option<String>,
+    at: Option<String>,
+    payload: Option<String>,
+}
+
+impl TaskBody {
+    fn when(&self) -> Result<When, String> {
+        let given = [
+            self.delay_ms.is_some(),
+            self.due_ms.is_some(),
+            self.delay.is_some(),
+            self.at.is_some(),
+        ]
+        .iter()
+        .filter(|given| **given)
+        .count();
+        if given != 1 {
+            return Err(format!(
+                "give exactly one of delay_ms, due_ms, in, at (got {given})"
+            ));
+        }
+        if let Some(delay) = self.delay_ms {
+            return Ok(When::In(Duration::from_millis(delay)));
+        }
+        if let Some(due) = self.due_ms {
+            return Ok(When::At(due));
+        }
+        if let Some(delay) = &self.delay {
+            return time::parse_delay(delay)
+                .map(When::In)
+                .map_err(|error| format!("in: {error}"));
+        }
+        let at = self.at.as_deref().unwrap_or_default();
+        time::parse_at(at)
+            .map(When::At)
+            .map_err(|error| format!("at {at:?}: {error}"))
+    }
+}
+
+/// Schedules (or replaces) one task; answers as `delayq schedule`.
+pub(crate) async fn schedule(
+    state: State,
+    Path((queue, id)): Path<(String, String)>,
+    Body(body): Body<TaskBody>,
+) -> Result<Json<Value>, ApiError> {
+    task_ref(&queue, &id)?;
+    if body.id.as_ref().is_some_and(|given| *given != id) {
+        return Err(ApiError::bad_request(format!(
+            "the body's id {:?} differs from the path's {id:?}",
+            body.id.unwrap_or_default()
+        )));
+    }
+    let when = body.when().map_err(ApiError::bad_request)?;
+    let payload = Bytes::from(body.payload.unwrap_or_default());
+    let scheduled = state.scheduler.schedule(&queue, &id, when, payload).await?;
+    Ok(Json(json!(scheduled)))
+}
+
+/// Schedules many tasks of one queue: `{"scheduled","replaced","duplicates","errors"}`.
+/// A bad item fails alone, reported by its index.
+pub(crate) async fn schedule_many(
+    state: State,
+    Path(queue): Path<String>,
+    Body(items): Body<Vec<Value>>,
+) -> Result<Json<Value>, ApiError> {
+    queue_name(&queue)?;
+    let mut errors = Vec::new();
+    let mut requests = Vec::new();
+    let mut indexes = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        let parsed = serde_json::from_value::<TaskBody>(item)
+            .map_err(|error| error.to_string())
+            .and_then(|item| match &item.id {
+                Some(id) => Ok((id.clone(), item.when()?, item)),
+                None => Err("missing field `id`".to_owned()),
+            });
+        match parsed {
+            Ok((id, when, item)) => {
+                indexes.push(index);
+                requests.push(ScheduleRequest {
+                    id,
+                    when,
+                    payload: Bytes::from(item.payload.unwrap_or_default()),
+                });
+            }
+            Err(error) => errors.push(json!({ "index": index, "error": error })),
+        }
+    }
+    let (mut scheduled, mut replaced, mut duplicates) = (0u64, 0u64, 0u64);
+    if !requests.is_empty() {
+        let results = state.scheduler.schedule_many(&queue, requests).await?;
+        for (index, result) in indexes.into_iter().zip(results) {
+            match result {
+                Ok(outcome) if outcome.duplicate => duplicates += 1,
+                Ok(outcome) => {
+                    scheduled += 1;
+                    replaced += u64::from(outcome.replaced);
+                }
+                Err(error) => {
+                    let message = ApiError::from(error).message;
+                    errors.push(json!({ "index": index, "error": message }));
+                }
+            }
+        }
+    }
+    errors.sort_by_key(|error| error["index"].as_u64());
+    Ok(Json(json!({
+        "scheduled": scheduled,
+        "replaced": replaced,
+        "duplicates": duplicates,
+        "errors": errors,
+    })))
+}
+
+/// The task as `delayq get` prints it; 404 when unknown.
+pub(crate) async fn get(
+    state: State,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    task_ref(&queue, &id)?;
+    match state.scheduler.get(&queue, &id).await? {
+        Some(info) => Ok(Json(json::task(&queue, &info))),
+        None => Err(ApiError::not_found(format!(
+            "task {id:?} not found in queue {queue:?}"
+        ))),
+    }
+}
+
+/// Cancels the task; answers as `delayq cancel`.
+pub(crate) async fn cancel(
+    state: State,
+    Path((queue, id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    task_ref(&queue, &id)?;
+    let outcome = state.scheduler.cancel(&queue, &id).await?;
+    Ok(Json(json::cancelled(outcome)))
+}

@@ -1,0 +1,365 @@
+//! The task endpoints and the rules around them, against a real redis-server: the same
+//! objects as the command line, every error status, the token and read-only mode.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::{config, eventually, options, producer, redis, serve, Api, Recorder};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedule_get_cancel_answer_like_the_cli() {
+    let server = redis();
+    let config = config(&server.url());
+    let scheduler = producer(&config).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+
+    let (status, first) = api
+        .call(
+            "PUT",
+            "/v1/queues/orders/tasks/o-1",
+            Some(json!({"in": "1h", "payload": "hi"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{first}");
+    let keys: Vec<&String> = first.as_object().expect("an object").keys().collect();
+    assert_eq!(
+        keys,
+        ["due_ms", "duplicate", "id", "queue", "replaced"],
+        "{first}"
+    );
+    assert_eq!(
+        (first["queue"].clone(), first["replaced"].clone()),
+        (json!("orders"), json!(false))
+    );
+
+    let (_, again) = api
+        .call(
+            "PUT",
+            "/v1/queues/orders/tasks/o-1",
+            Some(json!({"at": "2100-01-01T00:00:00Z"})),
+        )
+        .await;
+    assert_eq!(again["replaced"], true, "{again}");
+    assert_eq!(again["due_ms"], 4_102_444_800_000u64);
+    for body in [
+        json!({"due_ms": 4_102_444_800_000u64}),
+        json!({"delay_ms": 60_000}),
+    ] {
+        let (status, answer) = api
+            .call("PUT", "/v1/queues/orders/tasks/o-2", Some(body))
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+
+    let task = api.ok("/v1/queues/orders/tasks/o-1").await;
+    assert_eq!(task["state"], "pending", "{task}");
+    assert_eq!(task["due_ms"], 4_102_444_800_000u64);
+    assert_eq!(
+        task["payload"], "",
+        "the replacement has no payload: {task}"
+    );
+    for key in [
+        "queue",
+        "id",
+        "attempt",
+        "generation",
+        "last_error",
+        "state_since_ms",
+    ] {
+        assert!(task.get(key).is_some(), "{key} in {task}");
+    }
+
+    let stats = api.ok("/v1/queues").await;
+    assert_eq!(
+        stats["orders"],
+        json!({"pending": 2, "due_now": 0, "inflight": 0, "dead": 0, "done": 0})
+    );
+
+    let (status, cancelled) = api
+        .call("DELETE", "/v1/queues/orders/tasks/o-1", None)
+        .await;
+    assert_eq!((status, cancelled), (200, json!({"cancelled": true})));
+    let (_, again) = api
+        .call("DELETE", "/v1/queues/orders/tasks/o-1", None)
+        .await;
+    assert_eq!(again, json!({"cancelled": false}));
+    let (status, missing) = api.get("/v1/queues/orders/tasks/o-1").await;
+    assert_eq!(status, 404);
+    assert!(
+        missing["error"].as_str().is_some_and(|e| e.contains("o-1")),
+        "{missing}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_schedule_reports_bad_items_by_index_and_stores_the_rest() {
+    let server = redis();
+    let config = config(&server.url());
+    let scheduler = producer(&config).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+    let items = json!([
+        {"id": "a", "delay_ms": 3_600_000, "payload": "x"},
+        {"id": "b"},
+        {"delay_ms": 5},
+        {"id": "", "delay_ms": 5},
+        {"id": "c", "in": "2h"},
+        {"id": "d", "at": "soon"},
+        {"id": "a", "delay_ms": 3_600_000}
+    ]);
+    let (status, summary) = api.call("POST", "/v1/queues/bulk/tasks", Some(items)).await;
+    assert_eq!(status, 200, "{summary}");
+    assert_eq!(summary["scheduled"], 3, "{summary}");
+    assert_eq!(summary["replaced"], 1, "{summary}");
+    assert_eq!(summary["duplicates"], 0, "{summary}");
+    let indexes: Vec<u64> = summary["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|error| error["index"].as_u64().expect("an index"))
+        .collect();
+    assert_eq!(indexes, [1, 2, 3, 5], "{summary}");
+    assert!(summary["errors"][0]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("exactly one")));
+    assert_eq!(api.ok("/v1/queues").await["bulk"]["pending"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_has_its_status_and_a_json_message() {
+    let server = redis();
+    let config = config(&server.url());
+    let scheduler = producer(&config).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+    let long_id = "x".repeat(600);
+    let cases: Vec<(&str, String, Option<Value>, u16, &str)> = vec![
+        (
+            "PUT",
+            "/v1/queues/bad%20queue!/tasks/a".into(),
+            Some(json!({"delay_ms": 1})),
+            400,
+            "bad queue!",
+        ),
+        (
+            "GET",
+            "/v1/queues/bad%20queue!/pending".into(),
+            None,
+            400,
+            "bad queue!",
+        ),
+        (
+            "GET",
+            format!("/v1/queues/q/tasks/{long_id}"),
+            None,
+            400,
+            "task id",
+        ),
+        (
+            "PUT",
+            "/v1/queues/q/tasks/a".into(),
+            Some(json!({})),
+            400,
+            "exactly one",
+        ),
+        (
+            "PUT",
+            "/v1/queues/q/tasks/a".into(),
+            Some(json!({"in": "1s", "at": "2030-01-01T00:00:00Z"})),
+            400,
+            "exactly one",
+        ),
+        (
+            "PUT",
+            "/v1/queues/q/tasks/a".into(),
+            Some(json!({"at": "tomorrow"})),
+            400,
+            "tomorrow",
+        ),
+        (
+            "PUT",
+            "/v1/queues/q/tasks/a".into(),
+            Some(json!({"in": "5parsecs"})),
+            400,
+            "5parsecs",
+        ),
+        (
+            "PUT",
+            "/v1/queues/q/tasks/a".into(),
+            Some(json!({"delay": 5})),
+            400,
+            "delay",
+        ),
+        (
+            "PUT",
+            "/v1/queues/q/tasks/a".into(),
+            Some(json!({"due_ms": u64::MAX})),
+            400,
+            "due",
+        ),
+        (
+            "PUT",
+            "/v1/queues/q/tasks/a".into(),
+            Some(json!({"delay_ms": 1, "payload": "p".repeat(2000)})),
+            413,
+            "max_payload",
+        ),
+        (
+            "PUT",
+            "/v1/queues/q/tasks/a".into(),
+            Some(json!({"delay_ms": 1, "payload": "p".repeat(100_000)})),
+            413,
+            "too large",
+        ),
+        (
+            "POST",
+            "/v1/queues/q/tasks".into(),
+            Some(json!({"id": "not a list"})),
+            400,
+            "invalid body",
+        ),
+        (
+            "GET",
+            "/v1/queues/q/pending?limit=0".into(),
+            None,
+            400,
+            "limit",
+        ),
+        (
+            "GET",
+            "/v1/queues/q/dead?limit=5000".into(),
+            None,
+            400,
+            "limit",
+        ),
+        ("GET", "/v1/nothing".into(), None, 404, "no such endpoint"),
+        (
+            "POST",
+            "/v1/queues/q/dead/zzz/retry".into(),
+            None,
+            404,
+            "zzz",
+        ),
+        ("DELETE", "/v1/queues/q/dead/zzz".into(), None, 404, "zzz"),
+        ("PATCH", "/v1/nodes".into(), None, 405, "not allowed"),
+    ];
+    for (method, path, body, status, needle) in cases {
+        let (got, answer) = api.call(method, &path, body).await;
+        assert_eq!(got, status, "{method} {path}: {answer}");
+        let message = answer["error"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(needle),
+            "{method} {path}: {answer} should name {needle:?}"
+        );
+    }
+    // Not JSON at all.
+    let response = api
+        .client
+        .put(format!("{}/v1/queues/q/tasks/a", api.base))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status().as_u16(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_guards_v1_and_read_only_refuses_changes() {
+    let server = redis();
+    let config = config(&server.url());
+    let scheduler = producer(&config).await;
+    let mut guarded = options(&scheduler);
+    guarded.token = Some("s3cret-token".to_owned());
+    let api = Api::new(serve(&scheduler, guarded).await);
+
+    let (status, answer) = api.get("/v1/queues").await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("token")));
+    assert_eq!(api.with_token("wrong").get("/v1/queues").await.0, 401);
+    assert_eq!(
+        api.with_token("s3cret-token-longer")
+            .get("/v1/nodes")
+            .await
+            .0,
+        401
+    );
+    let authed = api.with_token("s3cret-token");
+    assert_eq!(authed.get("/v1/queues").await.0, 200);
+    let (status, _) = authed
+        .call(
+            "PUT",
+            "/v1/queues/q/tasks/a",
+            Some(json!({"delay_ms": 60_000})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    for open in ["/healthz", "/readyz", "/metrics", "/", "/assets/app.js"] {
+        assert_eq!(api.get(open).await.0, 200, "{open} stays open");
+    }
+
+    let mut read_only = options(&scheduler);
+    read_only.read_only = true;
+    let api = Api::new(serve(&scheduler, read_only).await);
+    assert_eq!(api.get("/v1/queues/q/tasks/a").await.0, 200);
+    for (method, path) in [
+        ("PUT", "/v1/queues/q/tasks/b"),
+        ("DELETE", "/v1/queues/q/tasks/a"),
+        ("POST", "/v1/queues/q/tasks"),
+        ("POST", "/v1/queues/q/dead/retry"),
+        ("DELETE", "/v1/queues/q/dead"),
+    ] {
+        let (status, answer) = api.call(method, path, Some(json!({"delay_ms": 1}))).await;
+        assert_eq!(status, 403, "{method} {path}: {answer}");
+        assert!(answer["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("read-only")));
+    }
+    assert_eq!(
+        api.get("/v1/queues/q/tasks/a").await.1["state"],
+        "pending",
+        "nothing changed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_of_a_running_task_says_inflight() {
+    let server = redis();
+    let config = config(&server.url());
+    let recorder = Recorder::default();
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let held = gate.clone();
+    let runs = recorder.clone();
+    let node = delayq_engine::Scheduler::builder(config.clone())
+        .default_handler(move |task: delayq_engine::Task| {
+            let held = held.clone();
+            let runs = runs.clone();
+            async move {
+                runs.runs.lock().push(task);
+                held.notified().await;
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .start()
+        .await
+        .expect("a node");
+    let api = Api::new(serve(&node, options(&node)).await);
+    let (status, _) = api
+        .call(
+            "PUT",
+            "/v1/queues/slow/tasks/s-1",
+            Some(json!({"delay_ms": 0})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    eventually(
+        std::time::Duration::from_secs(10),
+        "the handler to start",
+        || async { (recorder.runs_of("s-1") == 1).then_some(()) },
+    )
+    .await;
+    let (_, answer) = api.call("DELETE", "/v1/queues/slow/tasks/s-1", None).await;
+    assert_eq!(answer, json!({"cancelled": false, "state": "inflight"}));
+    gate.notify_waiters();
+    node.shutdown().await.expect("shutdown");
+}
