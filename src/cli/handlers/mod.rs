@@ -74,6 +74,21 @@ pub fn excerpt(bytes: &[u8], max: usize) -> String {
 }
 
 #[cfg(test)]
+/// At most `max` bytes of the start of `text` (where a response body says what went
+/// wrong), cut at a character boundary, on one line, with `...` when cut.
+pub fn excerpt_start(bytes: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &text[..end])
+}
+
 mod tests {
     use super::*;
 
@@ -84,3 +99,10 @@ mod tests {
         assert_eq!(excerpt(b"", 10), "");
     }
 }
+
+    #[test]
+    fn excerpt_start_keeps_the_beginning_on_one_line() {
+        assert_eq!(excerpt_start(b" a\n b ", 10), "a b");
+        assert_eq!(excerpt_start("ab\u{e9}cd".as_bytes(), 3), "ab...");
+        assert_eq!(excerpt_start(b"", 10), "");
+    }
