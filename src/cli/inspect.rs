@@ -1,14 +1,11 @@
 //! `delayq cancel`, `delayq get` and `delayq nodes`.
 
-use std::collections::BTreeMap;
-
-use delayq_coordinator::{owned_partitions, Member, NodeInfo, QueueFilter};
+use delayq_coordinator::QueueFilter;
 use delayq_engine::config::Config;
-use serde_json::{json, Map, Value};
 
 use super::error::{CliError, CliResult};
 use super::output::{print_json, write_stdout, Table};
-use super::values::{insert_payload, short_duration};
+use super::values::short_duration;
 use super::{close, producer, values};
 
 /// A task named by its queue and id.
@@ -28,11 +25,7 @@ pub async fn cancel(task: TaskRef, config: Config) -> CliResult<()> {
     let scheduler = producer(config).await?;
     let result = scheduler.cancel(&task.queue, &task.id).await;
     close(scheduler).await;
-    let outcome = result?;
-    match outcome.state() {
-        Some(state) => print_json(&json!({ "cancelled": outcome.cancelled(), "state": state })),
-        None => print_json(&json!({ "cancelled": outcome.cancelled() })),
-    }
+    print_json(&delayq_http::json::cancelled(result?))
 }
 
 /// Prints the task as one JSON line, or fails with `not found`.
@@ -46,55 +39,20 @@ pub async fn get(task: TaskRef, config: Config) -> CliResult<()> {
             task.id, task.queue
         )));
     };
-    let mut object = Map::new();
-    object.insert("queue".to_owned(), Value::from(task.queue));
-    object.insert("id".to_owned(), Value::from(info.id.as_str()));
-    object.insert("state".to_owned(), Value::from(info.state.as_str()));
-    object.insert("due_ms".to_owned(), Value::from(info.due_ms));
-    object.insert("attempt".to_owned(), Value::from(info.attempt));
-    object.insert("generation".to_owned(), Value::from(info.generation));
-    insert_payload(&mut object, &info.payload);
-    object.insert("last_error".to_owned(), Value::from(info.last_error));
-    object.insert(
-        "state_since_ms".to_owned(),
-        Value::from(info.state_since_ms),
-    );
-    print_json(&Value::Object(object))
+    print_json(&delayq_http::json::task(&task.queue, &info))
 }
 
 /// Lists the live nodes with the partitions each owns.
 pub async fn nodes(json: bool, config: Config) -> CliResult<()> {
     let scheduler = producer(config).await?;
-    let result = async {
-        let nodes = scheduler.coordinator().nodes().await?;
-        let queues = scheduler.store().queues().await?;
-        Ok::<_, CliError>((nodes, queues))
-    }
-    .await;
-    let membership = scheduler.membership();
+    let result = scheduler.nodes().await;
     let now_ms = scheduler.now_ms();
     close(scheduler).await;
-    let (nodes, queues) = result?;
-    // The members are the live nodes (a node whose heartbeat expired is removed from the
-    // membership by the others); registry entries outside it are leftovers being cleaned up.
-    let members: Vec<Member> = membership.members;
-    let live: Vec<&NodeInfo> = nodes
-        .iter()
-        .filter(|node| members.iter().any(|member| member.id == node.id))
-        .collect();
-    let queues: Vec<(String, u32)> = queues
-        .into_iter()
-        .map(|(queue, partitions)| (queue.as_str().to_owned(), partitions))
-        .collect();
-    let rows: Vec<NodeRow> = live
-        .into_iter()
-        .map(|node| NodeRow::new(node, &queues, &members))
-        .collect();
+    let nodes = result?;
     if json {
-        let array: Vec<Value> = rows.iter().map(NodeRow::to_json).collect();
-        return print_json(&Value::Array(array));
+        return print_json(&delayq_http::json::nodes(&nodes));
     }
-    if rows.is_empty() {
+    if nodes.is_empty() {
         return write_stdout("no live nodes\n");
     }
     let mut table = Table::new(&[
@@ -108,8 +66,8 @@ pub async fn nodes(json: bool, config: Config) -> CliResult<()> {
         ("QUEUES", false),
         ("PARTITIONS", true),
     ]);
-    for row in &rows {
-        let node = row.node;
+    for status in &nodes {
+        let node = &status.info;
         table.row(vec![
             node.id.to_string(),
             node.name.clone(),
@@ -117,61 +75,12 @@ pub async fn nodes(json: bool, config: Config) -> CliResult<()> {
             node.pid.to_string(),
             node.version.clone(),
             short_duration(now_ms.saturating_sub(node.started_ms)),
-            format!(
-                "{} ago",
-                short_duration(now_ms.saturating_sub(node.last_heartbeat_ms))
-            ),
+            format!("{} ago", short_duration(status.heartbeat_age_ms)),
             queue_filter_text(&node.queues),
-            row.total.to_string(),
+            status.partitions.to_string(),
         ]);
     }
     write_stdout(&table.render())
-}
-
-/// One node with its partition counts.
-struct NodeRow<'a> {
-    node: &'a NodeInfo,
-    by_queue: BTreeMap<String, usize>,
-    total: usize,
-}
-
-impl<'a> NodeRow<'a> {
-    fn new(node: &'a NodeInfo, queues: &[(String, u32)], members: &[Member]) -> Self {
-        let by_queue: BTreeMap<String, usize> = queues
-            .iter()
-            .map(|(queue, partitions)| {
-                let owned = owned_partitions(&node.id, queue, *partitions, members).len();
-                (queue.clone(), owned)
-            })
-            .filter(|(_, owned)| *owned > 0)
-            .collect();
-        let total = by_queue.values().sum();
-        NodeRow {
-            node,
-            by_queue,
-            total,
-        }
-    }
-
-    fn to_json(&self) -> Value {
-        let node = self.node;
-        let queues = match &node.queues {
-            QueueFilter::All => Value::from("*"),
-            QueueFilter::Only(queues) => Value::from(queues.clone()),
-        };
-        json!({
-            "id": node.id.as_str(),
-            "name": node.name,
-            "host": node.host,
-            "pid": node.pid,
-            "version": node.version,
-            "started_ms": node.started_ms,
-            "last_heartbeat_ms": node.last_heartbeat_ms,
-            "queues": queues,
-            "partitions": self.total,
-            "partitions_by_queue": self.by_queue,
-        })
-    }
 }
 
 fn queue_filter_text(filter: &QueueFilter) -> String {

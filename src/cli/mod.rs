@@ -2,6 +2,7 @@
 //! mapping of failures to exit codes (2 for usage errors, 1 for runtime errors).
 
 pub mod bench;
+mod dead;
 pub mod demo;
 mod error;
 mod handlers;
@@ -10,6 +11,7 @@ mod load;
 mod node;
 mod output;
 mod schedule;
+mod serve;
 mod stats;
 mod values;
 
@@ -33,9 +35,14 @@ Examples:
   delayq cancel order-timeout order-42
   delayq stats --watch
   delayq nodes --json
+  delayq pending order-timeout --limit 10       # the next tasks by due time
+  delayq dead order-timeout                     # dead letters with their last error
+  delayq retry order-timeout --all              # schedule the dead letters again, now
+  delayq serve                                  # HTTP API, dashboard, /metrics on 127.0.0.1:7070
 
 Configuration: --config FILE, else ./cluster.yaml if it exists, else the built-in defaults.
-DELAYQ_REDIS_URL, DELAYQ_KEY_PREFIX and DELAYQ_NODE_NAME override the file.
+DELAYQ_REDIS_URL, DELAYQ_KEY_PREFIX, DELAYQ_NODE_NAME, DELAYQ_HTTP_LISTEN and DELAYQ_HTTP_TOKEN
+override the file.
 Logs go to stderr (RUST_LOG sets the filter); data goes to stdout.
 Exit codes: 0 success, 1 runtime error (Redis unreachable, task not found, ...),
 2 usage error (bad flag, value or configuration).";
@@ -74,6 +81,17 @@ pub enum Command {
     Stats(stats::StatsArgs),
     /// The live nodes of the cluster and how many partitions each owns.
     Nodes,
+    /// The next pending tasks of a queue by due time.
+    Pending(dead::ListArgs),
+    /// The dead letters of a queue with their last error and attempts.
+    Dead(dead::ListArgs),
+    /// Schedule dead letters again, due now with attempt 1; prints {"retried":N}.
+    Retry(dead::DeadRef),
+    /// Delete dead letters; prints {"purged":N}.
+    Purge(dead::DeadRef),
+    /// The HTTP API, dashboard and /metrics, without joining the cluster.
+    #[command(after_help = serve::SERVE_EXAMPLES)]
+    Serve(serve::ServeArgs),
     /// An in-process cluster on the in-memory backend: tasks fire, a node dies, its work is taken over.
     Demo(demo::DemoArgs),
     /// The load and precision benchmark.
@@ -84,7 +102,7 @@ impl Cli {
     /// Whether this invocation runs a long-lived node (its logs default to `info`; the
     /// one-shot commands default to `warn` so that their output stays readable).
     pub fn runs_node(&self) -> bool {
-        matches!(self.command, Command::Node(_))
+        matches!(self.command, Command::Node(_) | Command::Serve(_))
     }
 }
 
@@ -102,6 +120,11 @@ pub async fn run(cli: Cli) -> CliResult<()> {
         Command::Get(task) => inspect::get(task, load_config(config.as_deref())?).await,
         Command::Stats(args) => stats::run(args, json, load_config(config.as_deref())?).await,
         Command::Nodes => inspect::nodes(json, load_config(config.as_deref())?).await,
+        Command::Pending(args) => dead::pending(args, json, load_config(config.as_deref())?).await,
+        Command::Dead(args) => dead::dead(args, json, load_config(config.as_deref())?).await,
+        Command::Retry(args) => dead::retry(args, load_config(config.as_deref())?).await,
+        Command::Purge(args) => dead::purge(args, load_config(config.as_deref())?).await,
+        Command::Serve(args) => serve::run(args, load_config(config.as_deref())?).await,
         Command::Demo(args) => demo::run(args, json).await.map_err(CliError::from_boxed),
         Command::Bench(args) => bench::run(args, json, config)
             .await

@@ -9,6 +9,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use super::error::{CliError, CliResult};
 use super::handlers::{ExecHandler, HttpHandler, LogHandler, NodeHandler};
+use super::serve::HttpServer;
 use super::values;
 
 /// Examples shown by `delayq node --help`.
@@ -56,6 +57,11 @@ pub struct NodeArgs {
     #[arg(long, value_name = "URL", required_if_eq("handler", "http"))]
     url: Option<String>,
 
+    /// Also serve the HTTP API, dashboard and /metrics on this address [default:
+    /// http.listen; none when unset].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+
     /// The command `--handler exec` runs per task, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
@@ -64,6 +70,10 @@ pub struct NodeArgs {
 /// Runs the node until a signal, then shuts it down gracefully.
 pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
     let handler = build_handler(&args)?;
+    let listen = match args.listen {
+        Some(addr) => Some(addr),
+        None => super::serve::listen_from_config(&config)?,
+    };
     let mut signals = Signals::new()?;
     let mut builder = Scheduler::builder(config);
     if args.queues.is_empty() {
@@ -76,6 +86,16 @@ pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
     let scheduler = tokio::select! {
         started = builder.start() => started?,
         name = signals.next() => return Err(interrupted(name, "while starting")),
+    };
+    let http = match listen {
+        Some(addr) => match HttpServer::start(&scheduler, addr).await {
+            Ok(server) => Some(server),
+            Err(error) => {
+                scheduler.shutdown().await?;
+                return Err(error);
+            }
+        },
+        None => None,
     };
     let queues = if args.queues.is_empty() {
         "*".to_owned()
@@ -90,6 +110,9 @@ pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
         stopped = scheduler.shutdown() => stopped?,
         // Returning drops the runtime with the running handlers: `exec` commands are killed.
         name = signals.next() => return Err(interrupted(name, "during the graceful shutdown")),
+    }
+    if let Some(http) = http {
+        http.stop().await;
     }
     tracing::info!(node = %scheduler.node_id(), "node stopped");
     Ok(())
@@ -132,13 +155,13 @@ fn interrupted(signal: &str, when: &str) -> CliError {
 
 /// SIGINT and SIGTERM, listened to from the start (so that neither kills the process
 /// with its default action while the node starts or drains).
-struct Signals {
+pub(super) struct Signals {
     interrupt: Signal,
     terminate: Signal,
 }
 
 impl Signals {
-    fn new() -> CliResult<Self> {
+    pub(super) fn new() -> CliResult<Self> {
         let listen = |kind: SignalKind| {
             signal(kind)
                 .map_err(|error| CliError::Runtime(format!("cannot listen for signals: {error}")))
@@ -150,7 +173,7 @@ impl Signals {
     }
 
     /// Waits for the next SIGINT or SIGTERM and names it.
-    async fn next(&mut self) -> &'static str {
+    pub(super) async fn next(&mut self) -> &'static str {
         tokio::select! {
             _ = self.interrupt.recv() => "SIGINT",
             _ = self.terminate.recv() => "SIGTERM",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use delayq_engine::config::Config;
 use delayq_engine::Scheduler;
 use delayq_storage::PartitionStats;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use super::error::CliResult;
 use super::output::{print_json, write_stdout, Table};
@@ -83,20 +83,7 @@ async fn print_once(scheduler: &Scheduler, json: bool, refresh: Refresh) -> CliR
 }
 
 fn stats_json(stats: &BTreeMap<String, PartitionStats>) -> Value {
-    let object: Map<String, Value> = stats
-        .iter()
-        .map(|(queue, counts)| {
-            let counts = json!({
-                "pending": counts.pending,
-                "due_now": counts.due_now,
-                "inflight": counts.inflight,
-                "dead": counts.dead,
-                "done": counts.done,
-            });
-            (queue.clone(), counts)
-        })
-        .collect();
-    Value::Object(object)
+    delayq_http::json::stats(stats)
 }
 
 fn stats_table(stats: &BTreeMap<String, PartitionStats>) -> String {
@@ -143,7 +130,7 @@ mod tests {
         );
         assert_eq!(
             stats_json(&stats),
-            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
+            serde_json::json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
         );
         let table = stats_table(&stats);
         assert!(table.starts_with("QUEUE   PENDING"), "{table}");

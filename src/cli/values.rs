@@ -1,7 +1,7 @@
 //! Parsers for command line values (durations, absolute times, queue names) and the
 //! encoding of payloads in JSON output.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use delayq_storage::{QueueName, TaskId};
 use serde_json::{Map, Value};
@@ -14,22 +14,9 @@ pub fn duration(text: &str) -> Result<Duration, String> {
 
 /// An absolute due time, for clap: milliseconds since the Unix epoch, or an RFC 3339 time in
 /// UTC (`2030-01-01T09:00:00Z`; the `T` may be a space, the `Z` and fractions are optional).
+/// The same parser reads the HTTP API's `"at"`.
 pub fn at_time(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    if !text.is_empty() && text.bytes().all(|byte| byte.is_ascii_digit()) {
-        return text
-            .parse::<u64>()
-            .map_err(|error| format!("{error} (expected milliseconds since the Unix epoch)"));
-    }
-    let time = humantime::parse_rfc3339_weak(text).map_err(|error| {
-        format!(
-            "{error} (expected milliseconds since the Unix epoch or an RFC 3339 UTC time such as 2030-01-01T09:00:00Z)"
-        )
-    })?;
-    let since_epoch = time
-        .duration_since(UNIX_EPOCH)
-        .map_err(|_| "the time is before 1970".to_owned())?;
-    u64::try_from(since_epoch.as_millis()).map_err(|_| "the time is too far ahead".to_owned())
+    delayq_http::time::parse_at(text)
 }
 
 /// A valid queue name, for clap (checked before any connection is made).
@@ -47,35 +34,9 @@ pub fn task_id(text: &str) -> Result<String, String> {
 }
 
 /// Puts the payload into `object`: as `"payload"` (a string) when it is UTF-8, else as
-/// `"payload_base64"`.
+/// `"payload_base64"` (the HTTP API's encoding too).
 pub fn insert_payload(object: &mut Map<String, Value>, payload: &[u8]) {
-    match std::str::from_utf8(payload) {
-        Ok(text) => object.insert("payload".to_owned(), Value::from(text)),
-        Err(_) => object.insert("payload_base64".to_owned(), Value::from(base64(payload))),
-    };
-}
-
-/// Standard base64 with padding (RFC 4648), for payloads that are not UTF-8.
-pub fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        let sextets = [n >> 18, n >> 12, n >> 6, n];
-        for (index, sextet) in sextets.iter().enumerate() {
-            if index <= chunk.len() {
-                out.push(char::from(ALPHABET[(sextet & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    delayq_http::json::insert_payload(object, payload);
 }
 
 /// A duration as a short human text (`1.2s`, `3m 4s`), for tables.
@@ -90,23 +51,6 @@ pub fn short_duration(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn base64_matches_rfc4648_vectors() {
-        let vectors = [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ];
-        for (input, expected) in vectors {
-            assert_eq!(base64(input.as_bytes()), expected, "input {input:?}");
-        }
-        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
-    }
 
     #[test]
     fn at_time_accepts_epoch_ms_and_rfc3339_utc() {

@@ -527,3 +527,59 @@ pub fn lateness_summary(fires: &[Fired]) -> String {
         lateness.len()
     )
 }
+
+/// The `url=http://ADDR/` a `delayq node --listen` or `delayq serve` logged, without the
+/// trailing slash; `None` until it is logged.
+pub fn logged_http_url(stderr: &str) -> Option<String> {
+    let start = stderr.find("url=http://")? + "url=".len();
+    let url = stderr[start..].split_whitespace().next()?;
+    Some(url.trim_matches('"').trim_end_matches('/').to_owned())
+}
+
+/// One HTTP request with an optional bearer token and JSON body; returns the status and the
+/// body (JSON when it parses, else a string).
+pub fn http_call(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for the HTTP client");
+    runtime.block_on(async {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+        let mut request = reqwest::Client::new()
+            .request(method, url)
+            .timeout(Duration::from_secs(30));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("the HTTP server answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.expect("a body");
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    })
+}
+
+/// Waits until `delayq dead QUEUE --json` lists `count` dead letters and returns them.
+pub fn wait_for_dead(env: &Env, queue: &str, count: usize) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let dead = env.json(&["dead", queue, "--json", "--limit", "100"]);
+        if dead.as_array().map_or(0, Vec::len) == count {
+            return dead;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {count} dead letters in {queue}: {dead}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

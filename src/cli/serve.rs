@@ -1,0 +1,128 @@
+//! `delayq serve` (the HTTP API, dashboard and /metrics without joining the cluster), and
+//! the HTTP server that `delayq node --listen` runs beside its work.
+
+use std::net::SocketAddr;
+
+use delayq_engine::config::Config;
+use delayq_engine::Scheduler;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::error::{CliError, CliResult};
+use super::node::Signals;
+use super::{close, producer};
+
+/// Where `delayq serve` listens when neither `--listen` nor `http.listen` says.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
+
+/// Examples shown by `delayq serve --help`.
+pub const SERVE_EXAMPLES: &str = "\
+Examples:
+  delayq serve                              # http://127.0.0.1:7070/ (dashboard), /v1, /metrics
+  delayq serve --listen 0.0.0.0:7070        # reachable from other machines: set a token
+  DELAYQ_HTTP_TOKEN=s3cret delayq serve     # /v1 then needs Authorization: Bearer s3cret
+
+Endpoints: PUT|GET|DELETE /v1/queues/{queue}/tasks/{id}, POST /v1/queues/{queue}/tasks,
+GET /v1/queues, GET /v1/queues/{queue}/pending|dead, POST /v1/queues/{queue}/dead[/{id}]/retry,
+DELETE /v1/queues/{queue}/dead[/{id}], GET /v1/nodes, /healthz, /readyz, /metrics, /.
+Configuration: http.listen, http.token, http.read_only (or DELAYQ_HTTP_LISTEN, DELAYQ_HTTP_TOKEN).";
+
+/// The arguments of `delayq serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The address to listen on [default: http.listen, else 127.0.0.1:7070].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+}
+
+/// Serves the API until SIGINT/SIGTERM, as a producer that never joins the cluster.
+pub async fn run(args: ServeArgs, config: Config) -> CliResult<()> {
+    let addr = match args.listen {
+        Some(addr) => addr,
+        None => listen_from_config(&config)?.unwrap_or(
+            DEFAULT_LISTEN
+                .parse()
+                .map_err(|_| CliError::Runtime("bad built-in listen address".to_owned()))?,
+        ),
+    };
+    let mut signals = Signals::new()?;
+    let scheduler = tokio::select! {
+        started = producer(config) => started?,
+        name = signals.next() => return Err(CliError::Interrupted(format!("{name} while starting: exiting at once"))),
+    };
+    let server = match HttpServer::start(&scheduler, addr).await {
+        Ok(server) => server,
+        Err(error) => {
+            close(scheduler).await;
+            return Err(error);
+        }
+    };
+    let name = signals.next().await;
+    tracing::info!(signal = name, "stopping the HTTP server");
+    server.stop().await;
+    close(scheduler).await;
+    Ok(())
+}
+
+/// `http.listen` of the configuration, parsed (a bad one is a usage error).
+pub fn listen_from_config(config: &Config) -> CliResult<Option<SocketAddr>> {
+    config
+        .http
+        .listen_addr()
+        .map_err(|error| CliError::Usage(error.to_string()))
+}
+
+/// The HTTP server of a `serve` or a `node`, running on its own task.
+pub struct HttpServer {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl HttpServer {
+    /// Binds `addr` and serves the router for `scheduler` (with a Prometheus recorder for
+    /// /metrics); logs `url=http://ADDR/` once it listens.
+    pub async fn start(scheduler: &Scheduler, addr: SocketAddr) -> CliResult<Self> {
+        let mut options = delayq_http::HttpOptions::from_config(scheduler.config());
+        options.metrics = Some(
+            delayq_http::install_prometheus()
+                .map_err(|error| CliError::Runtime(error.to_string()))?,
+        );
+        if options.token.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "the HTTP API listens beyond this machine without a token: set http.token or DELAYQ_HTTP_TOKEN");
+        }
+        let read_only = options.read_only;
+        let token = options.token.is_some();
+        let app = delayq_http::router(scheduler.clone(), options);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|error| CliError::Runtime(format!("cannot listen on {addr}: {error}")))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|error| CliError::Runtime(format!("cannot listen on {addr}: {error}")))?;
+        let stop = CancellationToken::new();
+        let shutdown = stop.clone();
+        let task = tokio::spawn(async move {
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                .await;
+            if let Err(error) = served {
+                tracing::error!(%error, "the HTTP server stopped");
+            }
+        });
+        tracing::info!(addr = %bound, url = %format!("http://{bound}/"), token, read_only, "HTTP API, dashboard and /metrics listening");
+        Ok(HttpServer { stop, task })
+    }
+
+    /// Stops accepting, lets requests in progress finish (for up to 5 s), and returns.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let mut task = self.task;
+        if tokio::time::timeout(std::time::Duration::from_secs(5), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
+}
