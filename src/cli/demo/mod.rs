@@ -17,18 +17,26 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::bench::{histogram, lock, remove_run_data, unique_prefix, BoxError};
+mod report;
+
+use super::harness::{histogram, lock, redact, remove_run_data, unique_prefix, BoxError};
+use report::*;
 
 /// The demo's queue.
 const QUEUE: &str = "demo";
+
 /// Its partitions: few, so that the takeover can be shown partition by partition.
 const PARTITIONS: u32 = 12;
+
 /// The first task is due this long after scheduling starts...
 const FIRST_DUE: Duration = Duration::from_millis(1_000);
+
 /// ...and the last one this long.
 const LAST_DUE: Duration = Duration::from_millis(4_000);
+
 /// When the first node is killed, after scheduling starts.
 const KILL_AT: Duration = Duration::from_millis(2_000);
+
 /// The demo gives up waiting for the tasks this long after scheduling them.
 const DEADLINE: Duration = Duration::from_secs(12);
 
@@ -364,238 +372,5 @@ fn firing_handler(
             lock(&record.running).remove(&task.id);
             Ok(())
         })
-    }
-}
-
-/// Prints lines stamped with the time since the demo started.
-#[derive(Clone)]
-struct Printer {
-    lines: bool,
-    firings: bool,
-    start: Instant,
-}
-
-impl Printer {
-    fn elapsed_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
-    }
-
-    fn line(&self, text: String) {
-        if self.lines {
-            let elapsed = self.start.elapsed().as_secs_f64();
-            // A closed stdout (`delayq demo | head`) must not stop the demo.
-            let _ = writeln!(std::io::stdout().lock(), "{elapsed:>7.3}s  {text}");
-        }
-    }
-
-    fn event(&self, text: String) {
-        self.line(format!("== {text}"));
-    }
-}
-
-/// One delivery of a task.
-struct Firing {
-    id: String,
-    node: String,
-    lateness_ms: u64,
-}
-
-/// Everything the handlers saw, shared by the nodes.
-#[derive(Default)]
-struct Record {
-    /// Node id -> name.
-    names: Mutex<HashMap<String, String>>,
-    firings: Mutex<Vec<Firing>>,
-    /// Task id -> name of the node running it (left behind by a killed node).
-    running: Mutex<HashMap<String, String>>,
-    /// The tasks that were running on the node when it was killed.
-    killed: Mutex<HashSet<String>>,
-}
-
-impl Record {
-    fn name_of(&self, node_id: &str) -> String {
-        lock(&self.names)
-            .get(node_id)
-            .cloned()
-            .unwrap_or_else(|| node_id.to_owned())
-    }
-
-    /// Records a delivery; returns whether the task had fired before.
-    fn fired(&self, task: &Task, node: &str) -> bool {
-        lock(&self.running).insert(task.id.clone(), node.to_owned());
-        let mut firings = lock(&self.firings);
-        let again = firings.iter().any(|firing| firing.id == task.id);
-        firings.push(Firing {
-            id: task.id.clone(),
-            node: node.to_owned(),
-            lateness_ms: task.fired_ms.saturating_sub(task.due_ms),
-        });
-        again
-    }
-
-    fn all_fired(&self, ids: &[String]) -> bool {
-        let firings = lock(&self.firings);
-        let fired: HashSet<&str> = firings.iter().map(|firing| firing.id.as_str()).collect();
-        ids.iter().all(|id| fired.contains(id.as_str()))
-    }
-
-    fn summary(
-        &self,
-        args: &DemoArgs,
-        ids: &[String],
-        killed: Option<Killed>,
-        elapsed: Duration,
-    ) -> Summary {
-        let firings = lock(&self.firings);
-        let mut lateness = histogram();
-        let mut seen: HashMap<&str, u32> = HashMap::new();
-        let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
-        for firing in firings.iter() {
-            let count = seen.entry(firing.id.as_str()).or_default();
-            *count += 1;
-            if *count == 1 {
-                lateness.saturating_record(firing.lateness_ms);
-            }
-            *per_node.entry(firing.node.clone()).or_default() += 1;
-        }
-        let in_flight_at_kill = lock(&self.killed).clone();
-        let repeated: Vec<&str> = seen
-            .iter()
-            .filter(|(_, count)| **count > 1)
-            .map(|(id, _)| *id)
-            .collect();
-        let unexpected = repeated
-            .iter()
-            .filter(|id| !in_flight_at_kill.contains(**id))
-            .count();
-        let late_over_100ms = firings
-            .iter()
-            .filter(|firing| firing.lateness_ms > 100)
-            .map(|firing| firing.id.as_str())
-            .collect::<HashSet<_>>()
-            .len();
-        let fired = ids
-            .iter()
-            .filter(|id| seen.contains_key(id.as_str()))
-            .count() as u64;
-        Summary {
-            backend: if args.redis.is_some() {
-                "redis"
-            } else {
-                "memory"
-            },
-            nodes: args.nodes,
-            tasks: ids.len() as u64,
-            fired,
-            lost: ids.len() as u64 - fired,
-            deliveries: firings.len() as u64,
-            duplicates: repeated.len() as u64,
-            duplicates_not_in_flight_at_kill: unexpected as u64,
-            lateness_ms: Lateness {
-                p50: lateness.value_at_quantile(0.5),
-                p99: lateness.value_at_quantile(0.99),
-                max: lateness.max(),
-            },
-            late_over_100ms: late_over_100ms as u64,
-            per_node,
-            killed: killed.map(|killed| KilledSummary {
-                node: killed.name,
-                at_ms: killed.at_ms,
-                partitions: killed.partitions,
-                in_flight: killed.in_flight,
-                partitions_taken_over_after_ms: killed.taken_over_after_ms,
-            }),
-            elapsed_ms: elapsed.as_millis() as u64,
-        }
-    }
-}
-
-/// The demo's result, as printed (and with `--json`, as JSON).
-#[derive(Serialize)]
-struct Summary {
-    backend: &'static str,
-    nodes: u32,
-    tasks: u64,
-    fired: u64,
-    lost: u64,
-    deliveries: u64,
-    duplicates: u64,
-    duplicates_not_in_flight_at_kill: u64,
-    lateness_ms: Lateness,
-    late_over_100ms: u64,
-    per_node: BTreeMap<String, u64>,
-    killed: Option<KilledSummary>,
-    elapsed_ms: u64,
-}
-
-#[derive(Serialize)]
-struct Lateness {
-    p50: u64,
-    p99: u64,
-    max: u64,
-}
-
-#[derive(Serialize)]
-struct KilledSummary {
-    node: String,
-    at_ms: u64,
-    partitions: Vec<u32>,
-    in_flight: Vec<String>,
-    partitions_taken_over_after_ms: Option<u64>,
-}
-
-impl Summary {
-    fn print(&self, backend: &str) {
-        println!();
-        println!(
-            "Summary: {} nodes on {backend}, {:.1} s",
-            self.nodes,
-            self.elapsed_ms as f64 / 1000.0
-        );
-        println!("  tasks scheduled   {}", self.tasks);
-        println!("  fired             {} (lost: {})", self.fired, self.lost);
-        println!(
-            "  deliveries        {} ({} duplicates, {} of them for tasks not running at the kill)",
-            self.deliveries, self.duplicates, self.duplicates_not_in_flight_at_kill
-        );
-        println!(
-            "  lateness          p50 {} ms, p99 {} ms, max {} ms (first deliveries)",
-            self.lateness_ms.p50, self.lateness_ms.p99, self.lateness_ms.max
-        );
-        println!(
-            "  late by > 100 ms  {} (due while their partition had no live owner)",
-            self.late_over_100ms
-        );
-        let per_node: Vec<String> = self
-            .per_node
-            .iter()
-            .map(|(node, count)| format!("{node} {count}"))
-            .collect();
-        println!("  fired per node    {}", per_node.join(", "));
-        if let Some(killed) = &self.killed {
-            let takeover = killed
-                .partitions_taken_over_after_ms
-                .map_or("not yet".to_owned(), |ms| format!("{ms} ms after the kill"));
-            println!(
-                "  killed            {} at {:.1} s: its partitions {:?} moved {takeover}; \
-                 the {} tasks it was running fired again elsewhere",
-                killed.node,
-                killed.at_ms as f64 / 1000.0,
-                killed.partitions,
-                killed.in_flight.len()
-            );
-        }
-        println!(
-            "Delivery is at-least-once: a task running on a node that dies runs again elsewhere \
-             (handlers use queue/id/generation as an idempotency key)."
-        );
-    }
-}
-
-/// `url` without the credentials of a `user:password@` part.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
-        _ => url.to_owned(),
     }
 }

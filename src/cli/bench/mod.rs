@@ -1,0 +1,251 @@
+//! `delayq bench`: the engine benchmark of the engine issue, from the command line.
+//!
+//! `--nodes N` in-process nodes on one Redis, with no-op handlers, under a fresh key prefix
+//! (removed afterwards). Three scenarios:
+//!
+//! - **precision**: tasks due uniformly over `--min-delay..--spread`, each scheduled with one
+//!   `schedule` call from one of the nodes; the lateness (`fired - due`, cluster clock) of
+//!   every delivery goes into an HDR histogram. Also the rate of single schedules.
+//! - **burst**: `--burst` tasks due at one instant, loaded beforehand with `schedule_many`;
+//!   the time from that instant to the last fire gives the fire rate.
+//! - **memory**: the process RSS with `--memory-tasks` tasks pending an hour ahead (outside
+//!   every prefetch window): a node holds only its window, so it must stay small.
+
+mod report;
+mod scenarios;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use delayq_engine::config::{Config, QueueConfig};
+use delayq_engine::{ScheduleRequest, Scheduler, Task, When};
+use futures::stream::{self, StreamExt};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use super::harness::{histogram, lock, remove_run_data, unique_prefix, BoxError};
+use report::*;
+use scenarios::*;
+
+const PRECISION: &str = "bench-precision";
+
+const BURST: &str = "bench-burst";
+
+const MEMORY: &str = "bench-memory";
+
+const QUEUES: [&str; 3] = [PRECISION, BURST, MEMORY];
+
+/// Which scenarios to run.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// Lateness of tasks due over a few seconds.
+    Precision,
+    /// Fire rate of tasks all due at one instant.
+    Burst,
+    /// Memory with far-future tasks pending.
+    Memory,
+    /// All three, in this order.
+    All,
+}
+
+/// Arguments of `delayq bench`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  delayq bench --redis redis://127.0.0.1:6379/0
+  delayq bench --scenario precision --tasks 20000 --json
+  delayq bench --scenario burst --burst 200000 --nodes 4
+
+Targets (reported PASS/FAIL): lateness p50 <= 2 ms and p99 <= 10 ms; burst >= 50,000 tasks/s;
+RSS <= 64 MiB with 1,000,000 far-future tasks pending. Use a release build.")]
+pub struct BenchArgs {
+    /// Redis to benchmark against [default: redis.url of the configuration].
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// In-process nodes sharing the work.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub nodes: u32,
+    /// Which scenario to run.
+    #[arg(long, value_enum, default_value_t = Scenario::All)]
+    pub scenario: Scenario,
+    /// precision: how many tasks.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tasks: u64,
+    /// precision: the shortest delay.
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub min_delay: Duration,
+    /// precision: the longest delay (delays are uniform in --min-delay..--spread).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub spread: Duration,
+    /// burst: how many tasks due at one instant.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub burst: u64,
+    /// memory: how many tasks pending an hour ahead.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub memory_tasks: u64,
+    /// Handler concurrency of the bench queues on each node.
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: u32,
+    /// Most tasks one claim takes (engine.claim_batch).
+    #[arg(long, default_value_t = 256)]
+    pub claim_batch: usize,
+    /// Seed of the random delays.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Leave the benchmark's keys in Redis (default: remove them).
+    #[arg(long)]
+    pub keep_keys: bool,
+}
+
+/// Runs the selected scenarios and prints the report.
+pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result<(), BoxError> {
+    if args.min_delay >= args.spread {
+        // A usage error: clap prints it and exits with code 2, like any other bad flag.
+        clap::Error::raw(
+            clap::error::ErrorKind::ValueValidation,
+            format!(
+                "--min-delay ({}) must be shorter than --spread ({})\n",
+                humantime::format_duration(args.min_delay),
+                humantime::format_duration(args.spread)
+            ),
+        )
+        .exit();
+    }
+    let rss_at_start = rss_mib();
+    let config = bench_config(&args, config)?;
+    let probe = Arc::new(Probe::default());
+    let mut nodes = Vec::new();
+    for index in 0..args.nodes {
+        let mut node_config = config.clone();
+        node_config.node.name = format!("bench-{index}");
+        let scheduler = Scheduler::builder(node_config)
+            .handler(PRECISION, precision_handler(probe.clone()))
+            .handler(BURST, burst_handler(probe.clone()))
+            .handler(MEMORY, |_task: Task| async {
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .start()
+            .await?;
+        nodes.push(scheduler);
+    }
+    let outcome = run_scenarios(&args, &config, &nodes, &probe, rss_at_start, json).await;
+    for node in &nodes {
+        if let Err(error) = node.shutdown().await {
+            tracing::warn!(%error, "shutting a bench node down failed");
+        }
+    }
+    let cleanup = match nodes.first() {
+        Some(node) if !args.keep_keys => {
+            let cleaning = Instant::now();
+            let removed = remove_run_data(node.store(), &QUEUES).await;
+            tracing::info!(
+                elapsed_ms = cleaning.elapsed().as_millis() as u64,
+                "benchmark data removed"
+            );
+            removed
+        }
+        _ => Ok(()),
+    };
+    let report = outcome?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report.print();
+    }
+    cleanup.map_err(|error| {
+        format!(
+            "removing the benchmark's keys under {}: failed: {error}",
+            config.redis.key_prefix
+        )
+    })?;
+    Ok(())
+}
+
+/// The configuration: the file's (or the defaults), the bench's Redis and key prefix, and the
+/// bench queues with a high concurrency.
+fn bench_config(args: &BenchArgs, path: Option<PathBuf>) -> Result<Config, BoxError> {
+    let mut config = Config::load_or_default(path.as_deref())?;
+    if let Some(url) = &args.redis {
+        config.redis.url = url.clone();
+    }
+    config.redis.key_prefix = unique_prefix(&format!("{}-bench", config.redis.key_prefix));
+    config.engine.claim_batch = args.claim_batch;
+    for queue in QUEUES {
+        let settings = QueueConfig {
+            concurrency: args.concurrency as usize,
+            ..config.queue_defaults
+        };
+        config.queues.insert(queue.to_owned(), settings);
+    }
+    config.validate()?;
+    Ok(config)
+}
+
+async fn run_scenarios(
+    args: &BenchArgs,
+    config: &Config,
+    nodes: &[Scheduler],
+    probe: &Probe,
+    rss_at_start: Option<f64>,
+    json: bool,
+) -> Result<Report, BoxError> {
+    wait_for_assignment(config, nodes).await?;
+    let wanted = |scenario: Scenario| args.scenario == scenario || args.scenario == Scenario::All;
+    let mut report = Report {
+        redis: super::harness::redact(&config.redis.url),
+        key_prefix: config.redis.key_prefix.clone(),
+        nodes: args.nodes,
+        cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        cpu_model: cpu_model(),
+        precision: None,
+        burst: None,
+        memory: None,
+    };
+    if !json {
+        println!(
+            "delayq bench: {} nodes on {} (keys under {}:), {} CPUs ({})",
+            report.nodes, report.redis, report.key_prefix, report.cpus, report.cpu_model
+        );
+    }
+    if wanted(Scenario::Precision) {
+        report.precision = Some(precision(args, nodes, probe).await?);
+    }
+    if wanted(Scenario::Burst) {
+        report.burst = Some(burst(args, nodes, probe).await?);
+    }
+    if wanted(Scenario::Memory) {
+        report.memory = Some(memory(args, config, nodes, rss_at_start).await?);
+    }
+    Ok(report)
+}
+
+/// Waits until every node sees all the others and every partition of the bench queues is owned.
+async fn wait_for_assignment(config: &Config, nodes: &[Scheduler]) -> Result<(), BoxError> {
+    let partitions: usize = QUEUES
+        .iter()
+        .map(|queue| config.queue(queue).partitions as usize)
+        .sum();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let members = nodes
+            .iter()
+            .all(|node| node.membership().members.len() >= nodes.len());
+        let owned: usize = nodes.iter().map(|node| node.owned_partitions().len()).sum();
+        if members && owned == partitions {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the {} nodes did not agree on the partitions within 30 s ({owned} of {partitions} owned)",
+                nodes.len()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

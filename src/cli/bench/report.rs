@@ -1,0 +1,205 @@
+//! The benchmark's report: the figures of each scenario, the targets they are held to, and
+//! the text and JSON forms.
+
+use super::*;
+
+/// Targets of the engine issue.
+pub(super) const TARGET_P50_MS: u64 = 2;
+
+pub(super) const TARGET_P99_MS: u64 = 10;
+
+pub(super) const TARGET_BURST_PER_S: f64 = 50_000.0;
+
+pub(super) const TARGET_RSS_MIB: f64 = 64.0;
+
+/// Lateness quantiles in milliseconds.
+#[derive(Serialize)]
+pub(super) struct Quantiles {
+    pub(super) count: u64,
+    pub(super) p50: u64,
+    pub(super) p90: u64,
+    pub(super) p99: u64,
+    pub(super) p99_9: u64,
+    pub(super) max: u64,
+    pub(super) mean: f64,
+}
+
+impl Quantiles {
+    pub(super) fn of(histogram: &Histogram<u64>) -> Self {
+        Quantiles {
+            count: histogram.len(),
+            p50: histogram.value_at_quantile(0.5),
+            p90: histogram.value_at_quantile(0.9),
+            p99: histogram.value_at_quantile(0.99),
+            p99_9: histogram.value_at_quantile(0.999),
+            max: histogram.max(),
+            mean: (histogram.mean() * 100.0).round() / 100.0,
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(super) struct PrecisionReport {
+    pub(super) tasks: u64,
+    pub(super) min_delay_ms: u64,
+    pub(super) max_delay_ms: u64,
+    pub(super) schedule_secs: f64,
+    pub(super) schedule_per_s: f64,
+    pub(super) deliveries: u64,
+    pub(super) early: u64,
+    pub(super) lateness_ms: Quantiles,
+    /// The same for the tasks due after the scheduling ended.
+    pub(super) lateness_after_scheduling_ms: Quantiles,
+    pub(super) pass_p50: bool,
+    pub(super) pass_p99: bool,
+}
+
+#[derive(Serialize)]
+pub(super) struct BurstReport {
+    pub(super) tasks: u64,
+    pub(super) load_secs: f64,
+    pub(super) load_per_s: f64,
+    /// The loading ended this long before the due instant (negative: after it).
+    pub(super) slack_ms: i64,
+    pub(super) deliveries: u64,
+    pub(super) first_fire_after_due_ms: u64,
+    pub(super) last_fire_after_due_ms: u64,
+    pub(super) fire_per_s: f64,
+    /// Deliveries of a task whose due time had moved or whose attempt was not the first
+    /// (a lease that ran out, a retry): expected 0.
+    pub(super) moved: u64,
+    /// When the last task was acknowledged (nothing pending or in flight), after the due instant.
+    pub(super) drained_after_due_ms: Option<u64>,
+    pub(super) lateness_ms: Quantiles,
+    pub(super) pass: bool,
+}
+
+#[derive(Serialize)]
+pub(super) struct MemoryReport {
+    pub(super) tasks: u64,
+    pub(super) load_secs: f64,
+    pub(super) load_per_s: f64,
+    pub(super) pending: u64,
+    /// RSS of the whole bench process (all nodes and producers), MiB.
+    pub(super) rss_at_start_mib: Option<f64>,
+    pub(super) rss_before_load_mib: Option<f64>,
+    pub(super) rss_peak_mib: Option<f64>,
+    pub(super) rss_settled_mib: Option<f64>,
+    pub(super) pass: bool,
+}
+
+/// The whole report, as printed (and with `--json`, as JSON).
+#[derive(Serialize)]
+pub(super) struct Report {
+    pub(super) redis: String,
+    pub(super) key_prefix: String,
+    pub(super) nodes: u32,
+    pub(super) cpus: usize,
+    pub(super) cpu_model: String,
+    pub(super) precision: Option<PrecisionReport>,
+    pub(super) burst: Option<BurstReport>,
+    pub(super) memory: Option<MemoryReport>,
+}
+
+pub(super) fn verdict(pass: bool) -> &'static str {
+    if pass {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
+impl Report {
+    pub(super) fn print(&self) {
+        if let Some(p) = &self.precision {
+            let l = &p.lateness_ms;
+            println!(
+                "precision  {} tasks due over {}..{} ms, scheduled one by one from {} nodes in {:.2} s ({} tasks/s)",
+                p.tasks, p.min_delay_ms, p.max_delay_ms, self.nodes, p.schedule_secs, p.schedule_per_s
+            );
+            println!(
+                "  lateness  p50 {} ms  p90 {} ms  p99 {} ms  p99.9 {} ms  max {} ms  mean {} ms  ({} deliveries, {} early)",
+                l.p50, l.p90, l.p99, l.p99_9, l.max, l.mean, p.deliveries, p.early
+            );
+            let q = &p.lateness_after_scheduling_ms;
+            println!(
+                "  quiet     p50 {} ms  p90 {} ms  p99 {} ms  p99.9 {} ms  max {} ms  (the {} tasks due after the scheduling ended)",
+                q.p50, q.p90, q.p99, q.p99_9, q.max, q.count
+            );
+            println!(
+                "  target    p50 <= {TARGET_P50_MS} ms: {}   p99 <= {TARGET_P99_MS} ms: {}   (all tasks)",
+                verdict(p.pass_p50),
+                verdict(p.pass_p99)
+            );
+        }
+        if let Some(b) = &self.burst {
+            println!(
+                "burst      {} tasks due at one instant, loaded with schedule_many in {:.2} s ({} tasks/s), {} ms before due",
+                b.tasks, b.load_secs, b.load_per_s, b.slack_ms
+            );
+            let drained = b
+                .drained_after_due_ms
+                .map_or("not drained".to_owned(), |ms| format!("all acked +{ms} ms"));
+            println!(
+                "  fired     first +{} ms, last +{} ms after due: {} tasks/s; {drained}",
+                b.first_fire_after_due_ms, b.last_fire_after_due_ms, b.fire_per_s
+            );
+            let l = &b.lateness_ms;
+            println!(
+                "  lateness  p50 {} ms  p90 {} ms  p99 {} ms  max {} ms  ({} deliveries, {} with a moved due or a later attempt)",
+                l.p50, l.p90, l.p99, l.max, b.deliveries, b.moved
+            );
+            println!(
+                "  target    >= {TARGET_BURST_PER_S} tasks/s: {}",
+                verdict(b.pass)
+            );
+        }
+        if let Some(m) = &self.memory {
+            let mib = |value: Option<f64>| value.map_or("n/a".to_owned(), |v| format!("{v} MiB"));
+            println!(
+                "memory     {} tasks pending 1 h ahead ({} counted), loaded in {:.2} s ({} tasks/s)",
+                m.tasks, m.pending, m.load_secs, m.load_per_s
+            );
+            println!(
+                "  RSS       at start {}, before loading {}, peak while loading {}, settled {} (whole process: {} nodes and their producers)",
+                mib(m.rss_at_start_mib),
+                mib(m.rss_before_load_mib),
+                mib(m.rss_peak_mib),
+                mib(m.rss_settled_mib),
+                self.nodes
+            );
+            println!(
+                "  target    settled <= {TARGET_RSS_MIB} MiB: {}",
+                verdict(m.pass)
+            );
+        }
+    }
+}
+
+/// The resident set size of this process in MiB (Linux), from `/proc/self/status`.
+pub(super) fn rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+pub(super) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, model)| model.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned())
+}
+
+pub(super) fn round1(value: f64) -> f64 {
+    (value * 10.0).round() / 10.0
+}
+
+pub(super) fn round3(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
