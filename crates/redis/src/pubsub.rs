@@ -25,6 +25,8 @@ use tokio::task::JoinSet;
 
 use crate::sentinel::SentinelMaster;
 
+/// How long one attempt to restore a sharded subscription may take.
+const ATTEMPT_LIMIT: Duration = Duration::from_secs(1);
 /// Pause between two attempts to restore a subscription.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
@@ -328,7 +330,10 @@ async fn restore(
         if !wanted {
             return channel;
         }
-        match connection.ssubscribe(&channel).await {
+        // One attempt may not wait for redis-rs's own retries against a dead node.
+        let attempt = tokio::time::timeout(ATTEMPT_LIMIT, connection.ssubscribe(&channel)).await;
+        match attempt.unwrap_or_else(|_| Err(RedisError::from((redis::ErrorKind::Io, "no answer"))))
+        {
             Ok(()) => return channel,
             Err(error) => {
                 tracing::debug!(%channel, %error, "sharded subscription not restored yet");

@@ -40,6 +40,8 @@ pub struct ClusterNode {
     pub port: u16,
     /// Whether it is a master (else a replica).
     pub master: bool,
+    /// For a replica, the id of its master.
+    pub replica_of: Option<String>,
     /// Whether the cluster marks it failed (`fail` or `fail?`).
     pub failed: bool,
     /// Slot ranges it serves (inclusive).
@@ -122,6 +124,10 @@ impl RedisCluster {
             );
         }
         cluster.wait_until_ok(Duration::from_secs(30));
+        cluster.wait_for_replicas(
+            options.masters * options.replicas_per_master,
+            Duration::from_secs(30),
+        );
         cluster
     }
 
@@ -157,6 +163,19 @@ impl RedisCluster {
         self.nodes()
             .into_iter()
             .filter(|node| node.master && !node.failed && !node.slots.is_empty())
+            .map(|node| node.port)
+            .collect()
+    }
+
+    /// The ports of the live replicas of the master at `port`.
+    pub fn replicas_of(&self, port: u16) -> Vec<u16> {
+        let nodes = self.nodes();
+        let Some(master) = nodes.iter().find(|node| node.port == port) else {
+            return Vec::new();
+        };
+        nodes
+            .iter()
+            .filter(|node| !node.failed && node.replica_of.as_deref() == Some(master.id.as_str()))
             .map(|node| node.port)
             .collect()
     }
@@ -256,6 +275,40 @@ impl RedisCluster {
         }
     }
 
+    /// Waits until every live node sees `replicas` replicas attached to live masters, each
+    /// of them in sync (`master_link_status:up`).
+    ///
+    /// # Panics
+    /// When that does not happen within `limit`.
+    pub fn wait_for_replicas(&self, replicas: usize, limit: Duration) {
+        let ready = poll(limit, || {
+            for port in self.live_ports() {
+                let nodes = parse_nodes(&run_text(port, &["CLUSTER", "NODES"]).ok()?);
+                let attached = nodes
+                    .iter()
+                    .filter(|node| !node.master && !node.failed && node.replica_of.is_some())
+                    .count();
+                if attached != replicas {
+                    return None;
+                }
+                let replication = self.info(port, "replication");
+                if replication.contains("role:slave")
+                    && !replication.contains("master_link_status:up")
+                {
+                    return None;
+                }
+            }
+            Some(())
+        });
+        if ready.is_none() {
+            panic!(
+                "cluster replicas not attached within {limit:?}: {:?}\n{}",
+                self.nodes(),
+                self.logs()
+            );
+        }
+    }
+
     /// The log tails of every node.
     pub fn logs(&self) -> String {
         self.nodes.iter().map(|node| node.log_tail(15)).collect()
@@ -324,6 +377,10 @@ fn parse_nodes(text: &str) -> Vec<ClusterNode> {
                 id: fields.first()?.to_string(),
                 port,
                 master: flags.contains("master"),
+                replica_of: fields
+                    .get(3)
+                    .filter(|id| **id != "-")
+                    .map(|id| id.to_string()),
                 failed: flags.contains("fail"),
                 slots,
             })
@@ -345,6 +402,8 @@ mod tests {
         assert_eq!(nodes[0].slots, vec![(0, 5460)]);
         assert!(nodes[0].master && !nodes[1].master);
         assert!(nodes[2].failed);
+        assert_eq!(nodes[1].replica_of.as_deref(), Some("a1"));
+        assert_eq!(nodes[0].replica_of, None);
         assert_eq!(nodes[2].slots, vec![(5461, 5461), (5462, 10922)]);
     }
 }
