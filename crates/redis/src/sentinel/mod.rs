@@ -8,10 +8,9 @@
 //! failover. Commands that a demoted or loading server refused before running are sent again
 //! to the new master until [`Timeouts::failover`] runs out.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{
@@ -24,8 +23,10 @@ use tokio::time::Instant;
 use crate::error::{is_demotion_sign, refused_before_running, reply_error_kind};
 use crate::topology::{Credentials, Timeouts};
 
-/// The channel on which sentinels announce a new master.
-const SWITCH_MASTER: &str = "+switch-master";
+mod events;
+
+use events::{follow_announcements, Announcements};
+
 /// Pause between two lookups while no master is usable.
 const LOOKUP_PAUSE: Duration = Duration::from_millis(100);
 
@@ -53,6 +54,10 @@ struct Shared {
     config: AsyncConnectionConfig,
     timeouts: Timeouts,
     listeners: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// What the sentinels announced about our master's failovers.
+    announcements: Announcements,
+    /// The connection settings of the master (login, TLS), for an announced new address.
+    template: Mutex<Option<ConnectionInfo>>,
 }
 
 impl Drop for Shared {
@@ -131,6 +136,8 @@ impl SentinelMaster {
             config,
             timeouts: setup.timeouts,
             listeners: Mutex::new(Vec::new()),
+            announcements: Announcements::new(setup.timeouts.failover),
+            template: Mutex::new(None),
         });
         let master = SentinelMaster { shared };
         master.resolve(None).await?;
@@ -144,7 +151,7 @@ impl SentinelMaster {
                 }
                 _ => Client::open(info)?,
             };
-            let task = tokio::spawn(follow_switches(client, Arc::downgrade(&master.shared)));
+            let task = tokio::spawn(follow_announcements(client, Arc::downgrade(&master.shared)));
             listeners.push(task.abort_handle());
         }
         if let Ok(mut slot) = master.shared.listeners.lock() {
@@ -300,19 +307,21 @@ impl SentinelMaster {
                 return Ok(master);
             }
         }
+        if self.shared.announcements.promoting() {
+            return Err(RedisError::from((
+                redis::ErrorKind::MasterNameNotFoundBySentinel,
+                "failover in progress: waiting for the sentinels to announce the new master",
+            )));
+        }
         let limit = self.shared.timeouts.connect + self.shared.timeouts.response;
-        let lookup = async {
-            let client = resolver.async_get_client().await?;
-            let connection = client
-                .get_multiplexed_async_connection_with_config(&self.shared.config)
-                .await?;
-            Ok::<_, RedisError>((client, connection))
-        };
-        let (client, connection) = tokio::time::timeout(limit, lookup)
+        let (client, connection) = tokio::time::timeout(limit, self.lookup(&mut resolver))
             .await
             .map_err(|_| timed_out("asking the sentinels for the master", limit))??;
         let address = client.get_connection_info().addr().to_string();
         let generation = self.shared.generation.borrow().wrapping_add(1);
+        if let Ok(mut template) = self.shared.template.lock() {
+            *template = Some(client.get_connection_info().clone());
+        }
         let master = Master {
             connection,
             client,
@@ -325,6 +334,54 @@ impl SentinelMaster {
         self.shared.generation.send_replace(generation);
         tracing::info!(master = %master.address, name = %self.shared.master_name, "using the master named by the sentinels");
         Ok(master)
+    }
+}
+
+impl SentinelMaster {
+    /// A client and connection for the master: the one a `+switch-master` announced if it
+    /// answers as master, else the one the sentinels name, unless that is a master they
+    /// announced as replaced (a lagging sentinel still names it until it learns of the
+    /// failover, and the old master keeps accepting writes until it is demoted).
+    async fn lookup(
+        &self,
+        resolver: &mut SentinelClient,
+    ) -> RedisResult<(Client, MultiplexedConnection)> {
+        let template = self.shared.template.lock().ok().and_then(|t| t.clone());
+        if let (Some(template), Some((host, port))) =
+            (template, self.shared.announcements.announced_master())
+        {
+            let client = Client::open(events::with_address(template, host, port))?;
+            match self.connect_master(&client).await {
+                Ok(connection) => return Ok((client, connection)),
+                Err(error) => tracing::debug!(%error, "the announced master is not usable yet"),
+            }
+        }
+        let client = resolver.async_get_client().await?;
+        let address = client.get_connection_info().addr().to_string();
+        if self.shared.announcements.is_replaced(&address) {
+            return Err(RedisError::from((
+                redis::ErrorKind::MasterNameNotFoundBySentinel,
+                "a sentinel still names the replaced master",
+                address,
+            )));
+        }
+        let connection = self.connect_master(&client).await?;
+        Ok((client, connection))
+    }
+
+    /// A connection to `client`'s server, if it answers `ROLE` as master.
+    async fn connect_master(&self, client: &Client) -> RedisResult<MultiplexedConnection> {
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&self.shared.config)
+            .await?;
+        let role: Vec<Value> = redis::cmd("ROLE").query_async(&mut connection).await?;
+        match role.first() {
+            Some(Value::BulkString(role)) if role.as_slice() == b"master" => Ok(connection),
+            _ => Err(RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+                "not a master (yet)",
+            ))),
+        }
     }
 }
 
@@ -357,33 +414,6 @@ fn sentinel_login(info: ConnectionInfo, credentials: Option<&Credentials>) -> Co
         login = login.set_password(&credentials.password);
     }
     info.set_redis_settings(login)
-}
-
-/// Listens for `+switch-master` on one sentinel for as long as the connection lives, and
-/// drops the master in use when ours moved.
-async fn follow_switches(client: Client, shared: Weak<Shared>) {
-    loop {
-        if let Ok(mut pubsub) = client.get_async_pubsub().await {
-            if pubsub.subscribe(SWITCH_MASTER).await.is_ok() {
-                let mut messages = pubsub.on_message();
-                while let Some(message) = messages.next().await {
-                    let Some(shared) = shared.upgrade() else {
-                        return;
-                    };
-                    let payload: String = message.get_payload().unwrap_or_default();
-                    // `<name> <old ip> <old port> <new ip> <new port>`
-                    if payload.split(' ').next() == Some(shared.master_name.as_str()) {
-                        tracing::info!(%payload, "sentinel announced a new master");
-                        shared.forget(None);
-                    }
-                }
-            }
-        }
-        if shared.strong_count() == 0 {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
 }
 
 fn timed_out(what: &str, limit: Duration) -> RedisError {
