@@ -23,7 +23,8 @@ for i = 2, #ARGV, 3 do
 end
 local raws = read_in_chunks('HMGET', tasks_key, ids)
 local leases = read_in_chunks('ZMSCORE', inflight_key, ids)
-local now = keep_done and redis_now_ms() or 0
+-- A string: Lua numbers handed to redis.call are formatted with %.17g, once per task.
+local now = keep_done and string.format('%d', redis_now_ms()) or '0'
 
 local leave, records, stamps, forget = {}, {}, {}, {}
 local function write()
