@@ -290,7 +290,8 @@ async fn a_corrupt_record_is_reported_by_get_and_dead_lettered_by_claim_with_the
             .await
             .expect("a poison pill never fails the claim");
         let claimed: Vec<_> = claim.tasks.iter().map(|t| t.id.to_string()).collect();
-        assert_eq!(claimed, [good.clone()], "{planted}: the others are claimed");
+        assert_eq!(claimed.len(), 1, "{planted}: {claimed:?}");
+        assert_eq!(claimed[0], good, "{planted}: the others are claimed");
         assert_eq!(claim.dead_lettered.len(), 1, "{planted}");
         assert_eq!(claim.dead_lettered[0].0, id("bad"));
         assert!(
