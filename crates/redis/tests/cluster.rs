@@ -264,3 +264,53 @@ fn shard_subscribers(cluster: &RedisCluster, port: u16, channel: &str) -> i64 {
         })
         .sum()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_one_replica_is_still_met_after_a_failover_with_two_replicas_per_master() {
+    let mut cluster = RedisCluster::start(2);
+    let redis = RedisConnection::connect(options(Topology::cluster(cluster.seed_urls())))
+        .await
+        .expect("connect to the cluster");
+    let key = "delayq:{q:9}:k";
+    let set = |value: &'static str| {
+        let mut command = redis::cmd("SET");
+        command.arg(key).arg(value);
+        command
+    };
+    let _: () = redis.query("SET", &set("a")).await.expect("SET");
+    assert_eq!(
+        redis
+            .wait_replicas(key, 2, Duration::from_millis(1000))
+            .await
+            .ok(),
+        Some(2)
+    );
+    let killed = cluster.kill_master_of(key);
+    let promoted = tokio::task::block_in_place(|| {
+        cluster.wait_for_failover(key, killed, Duration::from_secs(30))
+    });
+    // The surviving replica re-attaches to the promoted one (seen once gossip spreads).
+    let attached = support::eventually(Duration::from_secs(10), || async {
+        (cluster.replicas_of(promoted).len() == 1).then_some(())
+    })
+    .await;
+    assert!(attached.is_some(), "{:?}", cluster.nodes());
+    let confirmed = support::eventually(Duration::from_secs(15), || async {
+        redis.query::<()>("SET", &set("b")).await.ok()?;
+        redis
+            .wait_replicas(key, 1, Duration::from_millis(500))
+            .await
+            .ok()
+    })
+    .await;
+    assert_eq!(
+        confirmed,
+        Some(1),
+        "no replica confirmed after the failover\n{}",
+        cluster.logs()
+    );
+    let value: Option<String> =
+        redis::from_redis_value(cluster.command(promoted, &["GET", key]).expect("GET"))
+            .expect("a value");
+    assert_eq!(value.as_deref(), Some("b"));
+}

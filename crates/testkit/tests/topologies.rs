@@ -12,8 +12,12 @@ fn cluster_without_replicas_spreads_slots_over_three_masters() {
     assert_eq!(masters.len(), 3, "{:?}", cluster.nodes());
     for port in cluster.ports() {
         assert_ne!(port, 6379);
-        // The bus port is the client port + 10000, so the harness keeps both free.
-        assert!(port + 10000 > port);
+        // The cluster bus listens on the client port + 10000, which the harness kept free.
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port + 10000)).is_ok(),
+            "no cluster bus on {}",
+            port + 10000
+        );
     }
     let owners: std::collections::HashSet<u16> = ["{a}", "{b}", "{c}", "{d}", "{e}", "{f}"]
         .iter()

@@ -72,7 +72,8 @@ impl Announcements {
             .is_ok_and(|state| state.replaced.contains(address))
     }
 
-    /// Records one event; returns whether it concerned our master.
+    /// Records one event; returns whether it is news about our master (the master in use is
+    /// then to be dropped).
     fn record(&self, channel: &str, payload: &str, name: &str) -> bool {
         let words: Vec<&str> = payload.split(' ').collect();
         let Ok(mut state) = self.state.lock() else {
@@ -84,11 +85,15 @@ impl Announcements {
                 let Ok(port) = new_port.parse::<u16>() else {
                     return false;
                 };
+                // Every sentinel announces the same switch as it learns of it: only the
+                // first one changes anything.
+                let announced = Some(((*new_ip).to_owned(), port));
+                let news = state.announced != announced || state.promoting_since.is_some();
                 state.replaced.insert(format!("{old_ip}:{old_port}"));
                 state.replaced.remove(&format!("{new_ip}:{new_port}"));
-                state.announced = Some(((*new_ip).to_owned(), port));
+                state.announced = announced;
                 state.promoting_since = None;
-                true
+                news
             }
             // `slave <id> <ip> <port> @ <name> <master ip> <master port>`
             (PROMOTING, _) if words.iter().skip_while(|w| **w != "@").nth(1) == Some(&name) => {
@@ -178,6 +183,12 @@ mod tests {
             "mymaster"
         ));
         assert!(!announcements.is_replaced("127.0.0.1:1"));
+        // The same switch heard from another sentinel is no news.
+        assert!(!announcements.record(
+            SWITCH_MASTER,
+            "mymaster 127.0.0.1 2 127.0.0.1 1",
+            "mymaster"
+        ));
     }
 
     #[test]
