@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::clock::ClusterClock;
 use crate::error::CoordinatorResult;
+use crate::wakeups::{WakeupReceiver, WakeupStats};
 
 /// A node's identity: a fresh uuid v4 per process start (a restarted node is a new member).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -207,8 +208,18 @@ pub trait Coordinator: Send + Sync + 'static {
     /// The cluster clock (Redis `TIME` as an offset from the local clock).
     fn clock(&self) -> Arc<ClusterClock>;
 
-    /// The wake-ups sent to this node. Can be taken once; later calls return `None`.
-    fn take_wakeups(&self) -> Option<mpsc::UnboundedReceiver<Wakeup>>;
+    /// The wake-ups sent to this node. Can be taken once; later calls return `None` (and an
+    /// observer, which receives none, always does).
+    ///
+    /// The receiver is bounded and coalescing: one waiting entry per `(queue, partition)`
+    /// with the earliest due time sent, at most [`crate::WAKEUP_CAPACITY`] entries, malformed
+    /// payloads rejected on arrival. A wake-up dropped because it was full is covered by the
+    /// owner's periodic pull. The engine still checks that the partition exists.
+    fn take_wakeups(&self) -> Option<WakeupReceiver>;
+
+    /// The counters of this node's wake-up mailbox (also after it was taken); `None` for an
+    /// observer.
+    fn wakeup_stats(&self) -> Option<WakeupStats>;
 
     /// Sends a wake-up to `node` (best effort: the periodic pull is the safety net).
     async fn wake(&self, node: &NodeId, wakeup: Wakeup) -> CoordinatorResult<()>;

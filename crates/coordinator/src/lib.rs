@@ -4,7 +4,8 @@
 //! Knows nothing of tasks.
 //!
 //! - [`Coordinator`]: register, heartbeat with a TTL, detect dead nodes, follow the
-//!   membership, send wake-ups, leave. Backends: [`RedisCoordinator`] and
+//!   membership, send wake-ups (received through a bounded, coalescing [`WakeupReceiver`]),
+//!   leave. Backends: [`RedisCoordinator`] and
 //!   [`MemoryCoordinator`] (many nodes in one process over a shared [`MemoryCluster`]).
 //! - [`ClusterClock`]: Redis `TIME` as an offset from the local clock, which is monotonic (a
 //!   step of the wall clock never moves it).
@@ -52,6 +53,7 @@ mod error;
 mod memory;
 mod redis;
 mod tasks;
+mod wakeups;
 
 pub use api::*;
 pub use assignment::{owned_partitions, owner};
@@ -62,3 +64,4 @@ pub use config::{host_name, validate};
 pub use error::{CoordinatorError, CoordinatorResult};
 pub use memory::{MemoryCluster, MemoryCoordinator};
 pub use redis::RedisCoordinator;
+pub use wakeups::{WakeupReceiver, WakeupStats, WAKEUP_CAPACITY};

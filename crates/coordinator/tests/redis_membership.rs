@@ -11,7 +11,7 @@ use common::scenarios::{self, PERIOD_MS, SLACK, TTL_MS};
 use common::{agree, config, ids, join_agreed, sorted_ids, view, wait_for, TestCluster};
 use delayq_coordinator::{
     owner, Coordinator, CoordinatorConfig, CoordinatorError, NodeId, QueueFilter, RedisCoordinator,
-    SystemClock, Wakeup,
+    SystemClock, Wakeup, WAKEUP_CAPACITY,
 };
 use delayq_testkit::RedisServer;
 
@@ -157,7 +157,7 @@ async fn a_killed_subscriber_connection_reconnects_and_updates_still_arrive() {
         due_ms: 2,
     };
     let received = wait_for(Duration::from_secs(3), || {
-        let arrived = wakeups.try_recv().is_ok();
+        let arrived = wakeups.try_recv().is_some();
         let (sender, target, wakeup) = (sender.clone(), target.clone(), wakeup.clone());
         async move {
             if !arrived {
@@ -294,4 +294,98 @@ async fn a_crash_during_the_quiet_time_after_a_stall_is_still_detected() {
         .await
         .unwrap_or_else(|| panic!("crash after a stall not detected within {bound:?}"));
     assert_eq!(view(nodes[0].as_ref()).epoch, epoch + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_wakeups_stays_bounded_and_urgent_ones_get_through() {
+    let redis = Redis::start();
+    let (nodes, _) = join_agreed(&redis, 2, PERIOD_MS, 10_000).await;
+    // Nobody reads the wake-ups while they arrive: the worst case for the mailbox.
+    let mut wakeups = nodes[0].take_wakeups().expect("wake-ups");
+    let channel = format!("t:{{cluster}}:wake:{}", nodes[0].node_id());
+    let mut connection = redis
+        .server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    // 100,000 well-formed wake-ups over 20,000 partitions, due late, and some garbage.
+    let (flood, garbage) = (100_000u64, 1_000u64);
+    for chunk in 0..(flood / 10_000) {
+        let mut pipe = redis::pipe();
+        for n in chunk * 10_000..(chunk + 1) * 10_000 {
+            let payload = format!("flood-{}\n{}\n{}", n % 5_000, n % 4, 1_000_000 + n);
+            pipe.cmd("PUBLISH").arg(&channel).arg(payload).ignore();
+        }
+        for n in 0..garbage / 10 {
+            pipe.cmd("PUBLISH")
+                .arg(&channel)
+                .arg(format!("not a queue\n{n}\n1"))
+                .ignore();
+        }
+        pipe.query_async::<()>(&mut connection)
+            .await
+            .expect("PUBLISH");
+    }
+    let stats = || nodes[0].wakeup_stats().expect("a member has a mailbox");
+    wait_for(Duration::from_secs(20), || async {
+        let stats = stats();
+        stats.received + stats.malformed == flood + garbage
+    })
+    .await
+    .unwrap_or_else(|| panic!("the flood did not arrive: {:?}", stats()));
+    let after_flood = stats();
+    assert_eq!(after_flood.malformed, garbage);
+    assert_eq!(after_flood.pending, WAKEUP_CAPACITY, "{after_flood:?}");
+    assert_eq!(wakeups.len(), WAKEUP_CAPACITY);
+    assert_eq!(
+        after_flood.received,
+        after_flood.pending as u64 + after_flood.coalesced + after_flood.dropped
+    );
+    assert!(after_flood.dropped > 0 && after_flood.coalesced > 0);
+
+    // A wake-up due sooner than the flood still gets in, and comes out first.
+    let urgent = Wakeup {
+        queue: "orders".into(),
+        partition: 3,
+        due_ms: 5,
+    };
+    nodes[1]
+        .wake(nodes[0].node_id(), urgent.clone())
+        .await
+        .expect("wake");
+    wait_for(Duration::from_secs(5), || async {
+        stats().received == flood + 1
+    })
+    .await
+    .expect("the urgent wake-up arrives");
+    assert_eq!(wakeups.len(), WAKEUP_CAPACITY);
+    assert_eq!(wakeups.try_recv(), Some(urgent));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_longer_than_a_ping_timeout_keeps_the_subscription() {
+    let redis = Redis::start();
+    // A 300 ms TTL: the subscriber checks its connection every 300 ms, and a PING reply
+    // waits behind the whole backlog.
+    let (nodes, _) = join_agreed(&redis, 1, PERIOD_MS, TTL_MS).await;
+    let mut wakeups = nodes[0].take_wakeups().expect("wake-ups");
+    let reader = tokio::spawn(async move { while wakeups.recv().await.is_some() {} });
+    let channel = format!("t:{{cluster}}:wake:{}", nodes[0].node_id());
+    let script = "for i = 1, tonumber(ARGV[2]) do \
+                  redis.call('PUBLISH', ARGV[1], 'q' .. (i % 1000) .. '\\n' .. (i % 7) .. '\\n' .. i) end";
+    let flood = 200_000u64;
+    for _ in 0..(flood / 50_000) {
+        redis
+            .server
+            .command(&["EVAL", script, "0", &channel, "50000"])
+            .expect("PUBLISH script");
+    }
+    let stats = || nodes[0].wakeup_stats().expect("a member has a mailbox");
+    wait_for(Duration::from_secs(30), || async {
+        stats().received == flood
+    })
+    .await
+    .unwrap_or_else(|| panic!("wake-ups were lost with the subscription: {:?}", stats()));
+    reader.abort();
 }

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
-use delayq_coordinator::{owned_partitions, ClusterClock, Coordinator, Membership, Wakeup};
+use delayq_coordinator::{owned_partitions, ClusterClock, Coordinator, Membership};
 use delayq_storage::{LeaseToken, Partition, QueueName, TaskStore};
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{watch, Semaphore};
 use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -276,11 +276,30 @@ pub(crate) async fn run_timer(runtime: Arc<Runtime>) {
 /// The longest the timer sleeps before it looks at the clock again.
 const MAX_TIMER_SLEEP: Duration = Duration::from_millis(250);
 
-/// Feeds wake-ups from other nodes into the timer.
+/// Feeds wake-ups from other nodes into the timer, once checked: a wake-up must name a queue
+/// this node knows and a partition of it (`partition < partitions`); anything else is
+/// dropped with a debug line. The coordinator's mailbox already rejected malformed payloads,
+/// coalesced wake-ups per partition and bounded their number (see
+/// [`delayq_coordinator::WakeupReceiver`]); a dropped wake-up is covered by the periodic pull.
+///
+/// A queue this node does not know yet may be new (a producer just created it): with a
+/// default handler, the store's queue registry is re-read to find it, at most once per
+/// `pull_period`, so a flood of wake-ups for unknown queues costs one read per period, not
+/// one per wake-up (the periodic catalog refresh adopts a new queue anyway).
 pub(crate) async fn run_wakeups(
     runtime: Arc<Runtime>,
-    mut wakeups: mpsc::UnboundedReceiver<Wakeup>,
+    mut wakeups: delayq_coordinator::WakeupReceiver,
 ) {
+    /// The partition count of `queue`, if this node knows the queue.
+    fn known_partitions(runtime: &Runtime, queue: &str) -> Option<u32> {
+        runtime
+            .queues
+            .get(queue)
+            .map(|queue| queue.partitions)
+            .or_else(|| runtime.partition_counts.get(queue).map(|count| *count))
+    }
+
+    let mut last_registry_read: Option<tokio::time::Instant> = None;
     loop {
         let wakeup = tokio::select! {
             _ = runtime.stop.cancelled() => return,
@@ -293,6 +312,31 @@ pub(crate) async fn run_wakeups(
             tracing::debug!(queue = %wakeup.queue, "ignoring a wake-up for an invalid queue name");
             continue;
         };
+        let mut partitions = known_partitions(&runtime, queue.as_str());
+        let may_read_registry =
+            last_registry_read.is_none_or(|at| at.elapsed() >= runtime.config.engine.pull_period);
+        if partitions.is_none() && runtime.default_handler.is_some() && may_read_registry {
+            last_registry_read = Some(tokio::time::Instant::now());
+            match runtime.store.queues().await {
+                Ok(known) => {
+                    for (name, count) in known {
+                        runtime
+                            .partition_counts
+                            .insert(name.as_str().to_owned(), count);
+                    }
+                    partitions = known_partitions(&runtime, queue.as_str());
+                }
+                Err(error) => tracing::debug!(%error, "queue registry not read for a wake-up"),
+            }
+        }
+        let Some(partitions) = partitions else {
+            tracing::debug!(queue = %queue, partition = wakeup.partition, "ignoring a wake-up for a queue this node does not know");
+            continue;
+        };
+        if wakeup.partition >= partitions {
+            tracing::debug!(queue = %queue, partition = wakeup.partition, partitions, "ignoring a wake-up for a partition out of range");
+            continue;
+        }
         let partition = Partition::new(queue, wakeup.partition);
         runtime.arm(&partition, wakeup.due_ms).await;
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::MissedTickBehavior;
 
 use super::hub::MemoryCluster;
@@ -16,6 +16,7 @@ use crate::clock::{ClusterClock, LocalClock};
 use crate::config::{host_name, validate};
 use crate::error::CoordinatorResult;
 use crate::tasks::TaskGroup;
+use crate::wakeups::{wakeup_mailbox, WakeupMonitor, WakeupReceiver, WakeupStats, WAKEUP_CAPACITY};
 
 /// A node of an in-process [`MemoryCluster`], with the semantics of
 /// [`RedisCoordinator`](crate::RedisCoordinator): registration with a heartbeat TTL, removal
@@ -49,7 +50,9 @@ pub struct MemoryCoordinator {
     info: Option<NodeInfo>,
     clock: Arc<ClusterClock>,
     membership: Arc<watch::Sender<Membership>>,
-    wakeups: Mutex<Option<mpsc::UnboundedReceiver<Wakeup>>>,
+    wakeups: Mutex<Option<WakeupReceiver>>,
+    /// The counters of the wake-up mailbox (a member's).
+    wakeup_monitor: Option<WakeupMonitor>,
     heartbeat: TaskGroup,
     left: Mutex<bool>,
 }
@@ -104,7 +107,8 @@ impl MemoryCoordinator {
             last_heartbeat_ms: now,
             queues: config.queues.clone(),
         });
-        let (wake_sender, wake_receiver) = mpsc::unbounded_channel();
+        let (wake_sender, wake_receiver) = wakeup_mailbox(WAKEUP_CAPACITY);
+        let wakeup_monitor = member.then(|| wake_sender.monitor());
         let view = Arc::new(watch::Sender::new(Membership::default()));
         publish_if_changed(&view, cluster.follow(&id, &view));
         if let Some(info) = &info {
@@ -119,6 +123,7 @@ impl MemoryCoordinator {
             clock: cluster.cluster_clock(),
             membership: view,
             wakeups: Mutex::new(member.then_some(wake_receiver)),
+            wakeup_monitor,
             heartbeat: TaskGroup::default(),
             left: Mutex::new(false),
             config,
@@ -185,8 +190,12 @@ impl Coordinator for MemoryCoordinator {
         self.clock.clone()
     }
 
-    fn take_wakeups(&self) -> Option<mpsc::UnboundedReceiver<Wakeup>> {
+    fn take_wakeups(&self) -> Option<WakeupReceiver> {
         self.wakeups.lock().take()
+    }
+
+    fn wakeup_stats(&self) -> Option<WakeupStats> {
+        self.wakeup_monitor.as_ref().map(WakeupMonitor::stats)
     }
 
     async fn wake(&self, node: &NodeId, wakeup: Wakeup) -> CoordinatorResult<()> {

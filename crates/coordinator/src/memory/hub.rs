@@ -5,11 +5,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::api::{publish_if_changed, Membership, NodeId, NodeInfo, Wakeup};
 use crate::clock::{ClusterClock, LocalClock, SystemClock};
+use crate::wakeups::WakeupSender;
 
 /// A cluster in one process: the registry, the epoch and the wake-up channels that
 /// [`MemoryCoordinator`](super::MemoryCoordinator)s share, so that tests and `delayq demo` can
@@ -47,7 +48,7 @@ pub struct MemoryCluster {
 struct HubState {
     epoch: u64,
     registry: BTreeMap<NodeId, Registration>,
-    wakeups: HashMap<NodeId, mpsc::UnboundedSender<Wakeup>>,
+    wakeups: HashMap<NodeId, WakeupSender>,
     /// Until when nobody is removed: one TTL after a heartbeat found its own registration
     /// expired but not removed (a stall; see the Redis heartbeat script).
     quiet_until: Option<Instant>,
@@ -230,7 +231,7 @@ impl MemoryCluster {
         });
     }
 
-    pub(crate) fn listen_for_wakeups(&self, node: &NodeId, sender: mpsc::UnboundedSender<Wakeup>) {
+    pub(crate) fn listen_for_wakeups(&self, node: &NodeId, sender: WakeupSender) {
         self.state.lock().wakeups.insert(node.clone(), sender);
     }
 
@@ -241,7 +242,8 @@ impl MemoryCluster {
     /// Delivers a wake-up if `node` listens (like PUBLISH: nobody listening, nobody told).
     pub(crate) fn wake(&self, node: &NodeId, wakeup: Wakeup) {
         if let Some(sender) = self.state.lock().wakeups.get(node) {
-            let _ = sender.send(wakeup);
+            // Never waits: a full mailbox coalesces or drops, like on Redis.
+            sender.send(wakeup);
         }
     }
 }

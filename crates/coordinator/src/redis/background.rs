@@ -1,18 +1,20 @@
 //! The background tasks of a Redis coordinator: heartbeat (or, for an observer, a periodic
 //! re-read), the pub/sub subscriber, and the refresher that re-reads on announcements.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use redis::aio::{PubSub, PubSubSink, PubSubStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::MissedTickBehavior;
 
 use super::state::Shared;
 use super::wire::decode_wakeup;
-use crate::api::Wakeup;
 use crate::tasks::{Backoff, Health};
+use crate::wakeups::WakeupSender;
 
 /// An interval whose first tick is one period from now (the caller just did a round trip).
 fn every(period: Duration) -> tokio::time::Interval {
@@ -76,7 +78,7 @@ pub(crate) async fn refresh_loop(shared: Arc<Shared>) {
 /// open, reconnecting with backoff. `subscribed` is told once the first subscription is up.
 pub(crate) async fn subscriber_loop(
     shared: Arc<Shared>,
-    wakeups: Option<mpsc::UnboundedSender<Wakeup>>,
+    wakeups: Option<WakeupSender>,
     mut subscribed: Option<oneshot::Sender<()>>,
 ) {
     let node = shared.id.to_string();
@@ -126,40 +128,90 @@ async fn subscribe(shared: &Shared, wake_channel: Option<&str>) -> redis::RedisR
     Ok(pubsub)
 }
 
-/// Handles messages until the connection is lost (closed, or silent to a PING).
+/// Whether a PING sent on the subscription was answered in time.
+type PingReply = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// Handles messages until the connection is lost (closed, or silent and deaf to a PING).
+///
+/// The stream is read without pause, also while a PING waits for its reply: redis-rs hands
+/// messages over through an unbounded in-process queue, so a reader that stopped would let
+/// a flood pile up in memory. For the same reason a PING that gets no answer in time only
+/// counts against the connection when nothing at all arrived meanwhile: during a flood its
+/// reply waits behind thousands of messages, and dropping the connection then would lose
+/// every wake-up still queued on it.
 async fn listen(
     shared: &Shared,
-    mut sink: PubSubSink,
+    sink: PubSubSink,
     mut stream: PubSubStream,
     wake_channel: Option<&str>,
-    wakeups: Option<&mpsc::UnboundedSender<Wakeup>>,
+    wakeups: Option<&WakeupSender>,
 ) {
-    // A half-open connection never closes by itself: a PING now and then finds it.
-    let mut pings = every(shared.config.heartbeat_ttl);
+    let quiet = shared.config.heartbeat_ttl;
+    let mut checks = every(quiet);
+    let mut last_heard = Instant::now();
+    // The PING in flight, with when it was sent.
+    let mut probe: Option<(Instant, PingReply)> = None;
     loop {
         tokio::select! {
             message = stream.next() => {
                 let Some(message) = message else { return };
-                let channel = message.get_channel_name();
-                if channel == shared.keys.events {
-                    shared.refresh.notify_one();
-                } else if Some(channel) == wake_channel {
-                    let payload: String = message.get_payload().unwrap_or_default();
-                    match (decode_wakeup(&payload), wakeups) {
-                        (Some(wakeup), Some(wakeups)) => {
-                            // The engine may have dropped the receiver: then nobody wants it.
-                            let _ = wakeups.send(wakeup);
-                        }
-                        (None, _) => tracing::debug!(node = %shared.id, payload, "ignored a malformed wake-up"),
-                        _ => {}
-                    }
-                }
+                last_heard = Instant::now();
+                handle_message(shared, &message, wake_channel, wakeups);
             }
-            _ = pings.tick() => {
-                if shared.bounded("subscriber ping", sink.ping::<redis::Value>()).await.is_err() {
+            answered = async {
+                match probe.as_mut() {
+                    Some((_, reply)) => reply.await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                let sent = probe.take().map(|(sent, _)| sent);
+                if !answered && sent.is_some_and(|sent| last_heard < sent) {
                     return;
                 }
             }
+            _ = checks.tick() => match &probe {
+                // A half-open connection never closes by itself: a PING after a quiet spell finds it.
+                None if last_heard.elapsed() >= quiet => {
+                    let mut sink = sink.clone();
+                    let timeout = shared.operation_timeout;
+                    probe = Some((Instant::now(), Box::pin(async move {
+                        matches!(tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await, Ok(Ok(_)))
+                    })));
+                }
+                _ => {}
+            },
+        }
+    }
+}
+
+/// One pub/sub message: an announcement asks for a re-read, a wake-up goes to the mailbox.
+fn handle_message(
+    shared: &Shared,
+    message: &redis::Msg,
+    wake_channel: Option<&str>,
+    wakeups: Option<&WakeupSender>,
+) {
+    let channel = message.get_channel_name();
+    if channel == shared.keys.events {
+        shared.refresh.notify_one();
+    } else if Some(channel) == wake_channel {
+        let payload = message.get_payload_bytes();
+        match (decode_wakeup(payload), wakeups) {
+            // Never waits: a full mailbox coalesces or drops (and counts it).
+            (Some(wakeup), Some(wakeups)) => {
+                wakeups.send(wakeup);
+            }
+            (None, wakeups) => {
+                if let Some(wakeups) = wakeups {
+                    wakeups.reject_malformed();
+                }
+                tracing::debug!(
+                    node = %shared.id,
+                    payload = %String::from_utf8_lossy(&payload[..payload.len().min(128)]),
+                    "ignored a malformed wake-up"
+                );
+            }
+            (Some(_), None) => {}
         }
     }
 }

@@ -45,7 +45,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use self::state::Shared;
 use self::wire::{decode_registry, encode_wakeup, RawReply, RegistryEntry, ScriptReply};
@@ -56,6 +56,7 @@ use crate::clock::{ClockSample, ClusterClock, LocalClock};
 use crate::config::{host_name, validate};
 use crate::error::{CoordinatorError, CoordinatorResult};
 use crate::tasks::TaskGroup;
+use crate::wakeups::{wakeup_mailbox, WakeupMonitor, WakeupReceiver, WakeupStats, WAKEUP_CAPACITY};
 
 /// The longest a wake-up may take before it is given up.
 const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
@@ -84,7 +85,9 @@ pub struct RedisCoordinator {
     heartbeat: TaskGroup,
     /// The subscriber and the refresher.
     listeners: TaskGroup,
-    wakeups: Mutex<Option<mpsc::UnboundedReceiver<Wakeup>>>,
+    wakeups: Mutex<Option<WakeupReceiver>>,
+    /// The counters of the wake-up mailbox (a member's).
+    wakeup_monitor: Option<WakeupMonitor>,
     /// Whether `leave` has completed (and serializes concurrent calls).
     left: tokio::sync::Mutex<bool>,
 }
@@ -166,16 +169,18 @@ impl RedisCoordinator {
         }
 
         let (wake_sender, wake_receiver) = if member {
-            let (sender, receiver) = mpsc::unbounded_channel();
+            let (sender, receiver) = wakeup_mailbox(WAKEUP_CAPACITY);
             (Some(sender), Some(receiver))
         } else {
             (None, None)
         };
+        let wakeup_monitor = wake_sender.as_ref().map(|sender| sender.monitor());
         let this = Arc::new(RedisCoordinator {
             shared: shared.clone(),
             heartbeat: TaskGroup::default(),
             listeners: TaskGroup::default(),
             wakeups: Mutex::new(wake_receiver),
+            wakeup_monitor,
             left: tokio::sync::Mutex::new(false),
         });
 
@@ -301,8 +306,12 @@ impl Coordinator for RedisCoordinator {
         self.shared.clock.clone()
     }
 
-    fn take_wakeups(&self) -> Option<mpsc::UnboundedReceiver<Wakeup>> {
+    fn take_wakeups(&self) -> Option<WakeupReceiver> {
         self.wakeups.lock().take()
+    }
+
+    fn wakeup_stats(&self) -> Option<WakeupStats> {
+        self.wakeup_monitor.as_ref().map(WakeupMonitor::stats)
     }
 
     async fn wake(&self, node: &NodeId, wakeup: Wakeup) -> CoordinatorResult<()> {
