@@ -1,22 +1,40 @@
 //! `--handler exec -- CMD [ARGS...]`: runs a command per task.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::time::Duration;
 
 use delayq_engine::{HandlerError, Task};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 use super::excerpt;
+use super::process::{die_with_node, scrub_config_variables, ProcessGroup, StderrCollector};
 
+/// How much of a command's stderr is kept (its end); the rest is read and discarded.
+const STDERR_KEPT: usize = 4096;
 /// How much of a failing command's stderr goes into the task's `last_error`.
 const STDERR_EXCERPT: usize = 400;
+/// After the command exited, how long its stderr may stay open (held by a process it left
+/// in the background) before we stop reading it.
+const STDERR_GRACE: Duration = Duration::from_millis(250);
 
 /// Runs `program args...` per task with `DELAYQ_QUEUE`, `DELAYQ_ID`, `DELAYQ_DUE_MS`,
 /// `DELAYQ_ATTEMPT` (and `DELAYQ_GENERATION`, `DELAYQ_FIRED_MS`, `DELAYQ_NODE`) in its
 /// environment and the payload on stdin. Exit status 0 acks; anything else fails the
 /// attempt with the status and the end of the command's stderr. The command's stdout is the
-/// node's stdout. A command still running when the queue's `timeout` ends is killed.
+/// node's stdout.
+///
+/// The command cleans up after itself:
+/// - it inherits none of the node's `DELAYQ_*` variables (`DELAYQ_REDIS_URL` and the like
+///   carry credentials), only the task's;
+/// - it runs in a process group of its own, killed whole (the command and everything it
+///   started) when the queue's `timeout` ends the attempt or the node shuts down;
+/// - it dies with the node (SIGKILL through `PR_SET_PDEATHSIG`), even when the node is
+///   killed with SIGKILL;
+/// - only the last 4 KiB of its stderr are kept, the rest is drained, so it never blocks on
+///   a full pipe.
 #[derive(Debug)]
 pub struct ExecHandler {
     program: String,
@@ -43,8 +61,10 @@ impl ExecHandler {
 
     /// Runs the command for `task`.
     pub async fn run(&self, task: &Task) -> Result<(), HandlerError> {
-        let mut child = Command::new(&self.program)
-            .args(&self.args)
+        let mut command = Command::new(&self.program);
+        command.args(&self.args);
+        scrub_config_variables(&mut command);
+        command
             .env("DELAYQ_QUEUE", &task.queue)
             .env("DELAYQ_ID", &task.id)
             .env("DELAYQ_DUE_MS", task.due_ms.to_string())
@@ -55,9 +75,16 @@ impl ExecHandler {
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
+            .process_group(0)
+            .kill_on_drop(true);
+        die_with_node(&mut command);
+        let mut child = command
             .spawn()
             .map_err(|error| format!("cannot run {:?}: {error}", self.program))?;
+        // Declared after `child`, so dropped before it: the group is killed while its
+        // leader is still unreaped (its id cannot have been reused).
+        let mut group = ProcessGroup::of(&child);
+        let stderr = StderrCollector::start(child.stderr.take(), STDERR_KEPT);
         let stdin = child.stdin.take();
         let payload = task.payload.clone();
         let feed = async move {
@@ -67,25 +94,29 @@ impl ExecHandler {
                 let _ = stdin.shutdown().await;
             }
         };
-        // Feeding stdin while collecting stderr: a command that writes much to stderr
-        // before reading its input cannot deadlock us.
-        let ((), output) = tokio::join!(feed, child.wait_with_output());
-        let output = output.map_err(|error| format!("waiting for {:?}: {error}", self.program))?;
-        if output.status.success() {
-            if !output.stderr.is_empty() {
-                tracing::debug!(queue = %task.queue, id = %task.id, stderr = %excerpt(&output.stderr, STDERR_EXCERPT), "handler command wrote to stderr");
+        // Feeding stdin while stderr is drained on its own task: a command that writes much
+        // to stderr before reading its input cannot deadlock us.
+        let ((), status) = tokio::join!(feed, child.wait());
+        let status = status.map_err(|error| format!("waiting for {:?}: {error}", self.program))?;
+        group.reaped();
+        let stderr = stderr.finish(STDERR_GRACE).await;
+        let kept = stderr.end(STDERR_KEPT);
+        if status.success() {
+            if !kept.is_empty() {
+                tracing::debug!(queue = %task.queue, id = %task.id, stderr_bytes = stderr.total(), stderr = %excerpt(kept, STDERR_EXCERPT), "handler command wrote to stderr");
             }
             return Ok(());
         }
-        let status = match output.status.code() {
-            Some(code) => format!("exit status {code}"),
-            None => "killed by a signal".to_owned(),
+        let status = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exit status {code}"),
+            (None, Some(signal)) => format!("killed by signal {signal}"),
+            (None, None) => "killed by a signal".to_owned(),
         };
-        let stderr = excerpt(&output.stderr, STDERR_EXCERPT);
-        Err(if stderr.is_empty() {
+        let excerpt = excerpt(kept, STDERR_EXCERPT);
+        Err(if excerpt.is_empty() {
             format!("{:?} failed: {status}", self.program)
         } else {
-            format!("{:?} failed: {status}: {stderr}", self.program)
+            format!("{:?} failed: {status}: {excerpt}", self.program)
         }
         .into())
     }

@@ -4,6 +4,7 @@
 mod exec;
 mod http;
 mod log;
+mod process;
 
 use std::sync::Arc;
 
