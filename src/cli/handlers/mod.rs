@@ -74,7 +74,6 @@ pub fn excerpt(bytes: &[u8], max: usize) -> String {
     }
 }
 
-#[cfg(test)]
 /// At most `max` bytes of the start of `text` (where a response body says what went
 /// wrong), cut at a character boundary, on one line, with `...` when cut.
 pub fn excerpt_start(bytes: &[u8], max: usize) -> String {
@@ -90,6 +89,7 @@ pub fn excerpt_start(bytes: &[u8], max: usize) -> String {
     format!("{}...", &text[..end])
 }
 
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -99,7 +99,6 @@ mod tests {
         assert_eq!(excerpt("aaaa\u{e9}bbb".as_bytes(), 4), "...bbb");
         assert_eq!(excerpt(b"", 10), "");
     }
-}
 
     #[test]
     fn excerpt_start_keeps_the_beginning_on_one_line() {
@@ -107,3 +106,4 @@ mod tests {
         assert_eq!(excerpt_start("ab\u{e9}cd".as_bytes(), 3), "ab...");
         assert_eq!(excerpt_start(b"", 10), "");
     }
+}

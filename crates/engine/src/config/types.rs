@@ -39,30 +39,30 @@ pub struct RedisConfig {
     /// Prefix of every key delayq writes, so several clusters can share one Redis.
     /// Default `delayq`.
     pub key_prefix: String,
-}
-
-impl Default for RedisConfig {
     /// How long one Redis command may take before it counts as failed (and, for reads, is
     /// retried). `engine.lease` must exceed three times this. Default 2 s.
     pub response_timeout: Duration,
+}
+
+impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             url: "redis://127.0.0.1:6379/0".to_owned(),
             key_prefix: "delayq".to_owned(),
+            response_timeout: Duration::from_secs(2),
         }
     }
 }
-            response_timeout: Duration::from_secs(2),
 
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
             .field("url", &redact_password(&self.url))
             .field("key_prefix", &self.key_prefix)
+            .field("response_timeout", &self.response_timeout)
             .finish()
     }
 }
-            .field("response_timeout", &self.response_timeout)
 
 /// The `node:` section.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,9 +120,6 @@ pub struct EngineConfig {
     pub max_payload: usize,
 }
 
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
 impl EngineConfig {
     /// How often a running handler's lease is renewed: a third of `lease` (at least 10 ms).
     /// Two renewals fit in one lease, so a renewal that fails (times out after
@@ -132,6 +129,9 @@ impl EngineConfig {
     }
 }
 
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
             pull_period: Duration::from_secs(1),
             prefetch_window: Duration::from_secs(5),
             max_prefetched: 100_000,

@@ -76,8 +76,8 @@ pub(crate) fn check(config: &Config) -> Check {
     config.http.check()?;
     node(&config.node)?;
     engine(&config.engine)?;
-    queue("queue_defaults", &config.queue_defaults)?;
     lease(&config.engine, &config.redis)?;
+    queue("queue_defaults", &config.queue_defaults)?;
     for (name, settings) in &config.queues {
         if QueueName::new(name).is_err() {
             return Err(ConfigError::InvalidQueueName {
@@ -181,7 +181,6 @@ fn engine(engine: &EngineConfig) -> Check {
     Ok(())
 }
 
-fn queue(path: &str, queue: &QueueConfig) -> Check {
 /// The lease against the time one Redis command may take: the renewal period (a third of the
 /// lease) must exceed the response timeout, or a single slow renewal lets a healthy
 /// handler's lease run out and its task run twice.
@@ -207,6 +206,7 @@ fn lease(engine: &EngineConfig, redis: &RedisConfig) -> Check {
     Ok(())
 }
 
+fn queue(path: &str, queue: &QueueConfig) -> Check {
     let key = |name: &str| format!("{path}.{name}");
     if !(1..=MAX_PARTITIONS).contains(&queue.partitions) {
         return fail(
