@@ -12,7 +12,8 @@ use crate::health::RetryBackoff;
 use crate::runtime::{next_run_number, QueueRuntime, RunningTask, Runtime};
 use crate::task::Task;
 
-/// Starts running `claimed` on the queue's handler; `slot` is held until it settles.
+/// Starts running `claimed` on the queue's handler; `slot` is held until the handler is done
+/// and the task has a settling place (see [`QueueRuntime::settling`]).
 pub(crate) fn spawn_execution(
     runtime: Arc<Runtime>,
     queue: Arc<QueueRuntime>,
@@ -44,7 +45,6 @@ async fn execute(
     claimed: ClaimedTask,
     slot: OwnedSemaphorePermit,
 ) {
-    let _slot = slot;
     if runtime.killed.load(std::sync::atomic::Ordering::Relaxed) {
         // A crashed node runs nothing more; the lease expires and another node takes over.
         return;
@@ -104,6 +104,10 @@ async fn execute(
         metrics::histogram!("delayq_handler_duration_seconds", "queue" => queue_label)
             .record(started.elapsed().as_secs_f64());
     }
+    // The handler is done: its slot goes to the next task once this one has a settling
+    // place, not after the ack's round trip (claims then come in bigger batches).
+    let _settling = queue.settling.clone().acquire_owned().await.ok();
+    drop(slot);
     // Shutdown may have released the task already; then it is not ours to settle.
     if runtime.running.lock().remove(&run).is_some() {
         // The lease stays renewed while the result is recorded (retried through an outage).

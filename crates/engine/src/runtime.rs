@@ -26,7 +26,13 @@ pub(crate) struct QueueRuntime {
     pub(crate) partitions: u32,
     pub(crate) settings: QueueConfig,
     pub(crate) handler: Arc<dyn Handler>,
+    /// Handlers running at once (`concurrency`): what claims wait for.
     pub(crate) slots: Arc<Semaphore>,
+    /// Finished handlers whose result is still being recorded (ack, retry, dead letter), at
+    /// most four times `concurrency`: a finished handler hands its slot to the next task as
+    /// soon as it has a settling place, so claims are not held back by the ack's round trip,
+    /// and what is held in memory stays bounded when Redis is slow.
+    pub(crate) settling: Arc<Semaphore>,
 }
 
 /// A handler execution that has not settled yet.
@@ -152,6 +158,7 @@ impl Runtime {
             name: name.clone(),
             partitions,
             slots: Arc::new(Semaphore::new(settings.concurrency)),
+            settling: Arc::new(Semaphore::new(settings.concurrency.saturating_mul(4))),
             settings,
             handler,
         });
