@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use delayq_redis::{RedisConnection, Topology};
-use delayq_testkit::SentinelSet;
+use delayq_redis::{Credentials, Error, RedisConnection, Topology};
+use delayq_testkit::{SentinelOptions, SentinelSet};
 use support::{options, publish_until_received};
 
 const LOG: &str = "delayq:log";
@@ -189,4 +189,46 @@ async fn a_planned_failover_moves_writes_and_none_reach_the_demoted_master() {
         longest_gap < Duration::from_secs(5),
         "writes stalled for {longest_gap:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_and_master_with_their_own_passwords() {
+    let set = SentinelSet::start_with(SentinelOptions {
+        replicas: 1,
+        data_password: Some("data-secret".to_owned()),
+        sentinel_password: Some("sentinel-secret".to_owned()),
+        ..SentinelOptions::default()
+    });
+    let with_login: Vec<String> = set
+        .sentinel_urls()
+        .iter()
+        .map(|url| url.replace("redis://", "redis://:data-secret@"))
+        .collect();
+    let topology = |sentinel_password: &str| Topology::Sentinel {
+        urls: with_login.clone(),
+        master: set.master_name().to_owned(),
+        sentinel_credentials: Some(Credentials::new(None, sentinel_password)),
+    };
+    let redis = RedisConnection::connect(options(topology("sentinel-secret")))
+        .await
+        .expect("sentinels and master each with their own password");
+    let _: () = redis
+        .query("SET", redis::cmd("SET").arg("k").arg("v"))
+        .await
+        .expect("SET on the master");
+    let stored: String =
+        redis::from_redis_value(set.command(set.master_port(), &["GET", "k"]).expect("GET"))
+            .expect("a value");
+    assert_eq!(stored, "v");
+
+    let mut wrong = options(topology("not-the-sentinel-secret"));
+    wrong.timeouts.start = Duration::from_secs(2);
+    let error = RedisConnection::connect(wrong)
+        .await
+        .expect_err("a wrong sentinel password");
+    eprintln!("{error}");
+    assert!(matches!(error, Error::Authentication { .. }), "{error:?}");
+    let shown = format!("{error} {error:?}");
+    assert!(!shown.contains("not-the-sentinel-secret"), "{shown}");
+    assert!(!shown.contains("data-secret"), "{shown}");
 }

@@ -1,8 +1,8 @@
 //! One `redis-server` (or sentinel) process started from a config file in its own temporary
 //! directory: the building block of the cluster, sentinel and TLS setups.
 
-use std::io::Read;
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -162,7 +162,7 @@ impl RedisProcess {
         let deadline = Instant::now() + START_LIMIT;
         loop {
             let ready = match self.readiness {
-                Readiness::Ping => crate::ping(self.port),
+                Readiness::Ping => answers(self.port),
                 Readiness::LogLine => self
                     .log()
                     .get(offset..)
@@ -237,15 +237,42 @@ fn free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
-/// A synchronous connection to a plain port, for the harness's own commands.
-pub(crate) fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
+/// Whether a server answers on `port`: `PONG`, or `NOAUTH` from one that wants a password.
+fn answers(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).is_ok()
+        && (line.starts_with("+PONG") || line.starts_with("-NOAUTH"))
+}
+
+/// A synchronous connection to a plain port, logged in with `password` when given, for the
+/// harness's own commands.
+pub(crate) fn connect(port: u16, password: Option<&str>) -> redis::RedisResult<redis::Connection> {
+    let login = password
+        .map(|password| format!(":{password}@"))
+        .unwrap_or_default();
+    let client = redis::Client::open(format!("redis://{login}127.0.0.1:{port}/"))?;
     client.get_connection_with_timeout(Duration::from_secs(2))
 }
 
 /// Runs `args` on the plain port `port` and returns the reply.
 pub(crate) fn run(port: u16, args: &[&str]) -> redis::RedisResult<redis::Value> {
-    let mut connection = connect(port)?;
+    run_as(port, None, args)
+}
+
+/// Runs `args` on the plain port `port`, logged in with `password`, and returns the reply.
+pub(crate) fn run_as(
+    port: u16,
+    password: Option<&str>,
+    args: &[&str],
+) -> redis::RedisResult<redis::Value> {
+    let mut connection = connect(port, password)?;
     let mut command = redis::cmd(args[0]);
     for arg in &args[1..] {
         command.arg(*arg);
@@ -255,7 +282,7 @@ pub(crate) fn run(port: u16, args: &[&str]) -> redis::RedisResult<redis::Value> 
 
 /// Runs `args` on `port` and returns the reply as text (`INFO`, `CLUSTER NODES`, ...).
 pub(crate) fn run_text(port: u16, args: &[&str]) -> redis::RedisResult<String> {
-    let mut connection = connect(port)?;
+    let mut connection = connect(port, None)?;
     let mut command = redis::cmd(args[0]);
     for arg in &args[1..] {
         command.arg(*arg);

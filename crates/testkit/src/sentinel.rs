@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::process::{poll, run, run_text, Readiness, RedisProcess};
+use crate::process::{poll, run_as, Readiness, RedisProcess};
 
 /// How to start a Sentinel setup.
 #[derive(Debug, Clone)]
@@ -22,6 +22,11 @@ pub struct SentinelOptions {
     pub down_after: Duration,
     /// `sentinel failover-timeout`.
     pub failover_timeout: Duration,
+    /// `requirepass` (and `masterauth`) of the master and replicas; the sentinels get it as
+    /// `sentinel auth-pass`.
+    pub data_password: Option<String>,
+    /// `requirepass` of the sentinels (and `sentinel sentinel-pass` between them).
+    pub sentinel_password: Option<String>,
 }
 
 impl Default for SentinelOptions {
@@ -33,6 +38,8 @@ impl Default for SentinelOptions {
             quorum: 2,
             down_after: Duration::from_millis(1000),
             failover_timeout: Duration::from_millis(5000),
+            data_password: None,
+            sentinel_password: None,
         }
     }
 }
@@ -43,6 +50,8 @@ pub struct SentinelSet {
     data: Vec<RedisProcess>,
     sentinels: Vec<RedisProcess>,
     master_name: String,
+    data_password: Option<String>,
+    sentinel_password: Option<String>,
 }
 
 impl SentinelSet {
@@ -63,15 +72,20 @@ impl SentinelSet {
         if !crate::redis_server_installed() {
             panic!("{}", crate::INSTALL_HINT);
         }
-        let data_config =
-            "appendonly no\nsave \"\"\nrepl-diskless-sync yes\nrepl-diskless-sync-delay 0\n";
+        let mut data_config =
+            "appendonly no\nsave \"\"\nrepl-diskless-sync yes\nrepl-diskless-sync-delay 0\n"
+                .to_owned();
+        if let Some(password) = &options.data_password {
+            data_config.push_str(&format!("requirepass {password}\nmasterauth {password}\n"));
+        }
+        let data_config = data_config.as_str();
         let master = start_retrying("sentinel-master", data_config, false);
         let mut data = vec![master];
         for _ in 0..options.replicas {
             let config = format!("{data_config}replicaof 127.0.0.1 {}\n", data[0].port());
             data.push(start_retrying("sentinel-replica", &config, false));
         }
-        let sentinel_config = format!(
+        let mut sentinel_config = format!(
             "sentinel monitor {name} 127.0.0.1 {port} {quorum}\n\
              sentinel down-after-milliseconds {name} {down}\n\
              sentinel failover-timeout {name} {failover}\n\
@@ -82,6 +96,17 @@ impl SentinelSet {
             down = options.down_after.as_millis(),
             failover = options.failover_timeout.as_millis(),
         );
+        if let Some(password) = &options.data_password {
+            sentinel_config.push_str(&format!(
+                "sentinel auth-pass {} {password}\n",
+                options.master_name
+            ));
+        }
+        if let Some(password) = &options.sentinel_password {
+            sentinel_config.push_str(&format!(
+                "requirepass {password}\nsentinel sentinel-pass {password}\n"
+            ));
+        }
         let sentinels = (0..options.sentinels)
             .map(|_| start_retrying("sentinel", &sentinel_config, true))
             .collect();
@@ -89,6 +114,8 @@ impl SentinelSet {
             data,
             sentinels,
             master_name: options.master_name,
+            data_password: options.data_password,
+            sentinel_password: options.sentinel_password,
         };
         set.wait_until_complete(options.replicas, options.sentinels, Duration::from_secs(20));
         set
@@ -126,13 +153,26 @@ impl SentinelSet {
 
     /// `master` or `slave` (the first field of `ROLE`) of the data node at `port`.
     pub fn role(&self, port: u16) -> Option<String> {
-        let reply: Vec<redis::Value> = redis::from_redis_value(run(port, &["ROLE"]).ok()?).ok()?;
+        let reply: Vec<redis::Value> =
+            redis::from_redis_value(self.on_data(port, &["ROLE"]).ok()?).ok()?;
         redis::from_redis_value(reply.first()?.clone()).ok()
     }
 
-    /// Runs `args` on the data node or sentinel at `port`.
+    /// Runs `args` on the data node or sentinel at `port` (logged in as needed).
     pub fn command(&self, port: u16, args: &[&str]) -> redis::RedisResult<redis::Value> {
-        run(port, args)
+        if self.sentinel_ports().contains(&port) {
+            self.on_sentinel(port, args)
+        } else {
+            self.on_data(port, args)
+        }
+    }
+
+    fn on_data(&self, port: u16, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        run_as(port, self.data_password.as_deref(), args)
+    }
+
+    fn on_sentinel(&self, port: u16, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        run_as(port, self.sentinel_password.as_deref(), args)
     }
 
     /// SIGKILLs the current master; returns its port.
@@ -152,10 +192,10 @@ impl SentinelSet {
     /// When the failover does not complete within 20 seconds.
     pub fn failover(&self) -> u16 {
         let old = self.master_port();
-        let asked = self
-            .sentinel_ports()
-            .into_iter()
-            .any(|port| run(port, &["SENTINEL", "FAILOVER", &self.master_name]).is_ok());
+        let asked = self.sentinel_ports().into_iter().any(|port| {
+            self.on_sentinel(port, &["SENTINEL", "FAILOVER", &self.master_name])
+                .is_ok()
+        });
         assert!(
             asked,
             "no sentinel accepted SENTINEL FAILOVER\n{}",
@@ -210,11 +250,12 @@ impl SentinelSet {
     }
 
     fn master_port_by(&self, sentinel: u16) -> Option<u16> {
-        let reply = run(
-            sentinel,
-            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", &self.master_name],
-        )
-        .ok()?;
+        let reply = self
+            .on_sentinel(
+                sentinel,
+                &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", &self.master_name],
+            )
+            .ok()?;
         let (_host, port): (String, u16) = redis::from_redis_value(reply).ok()?;
         Some(port)
     }
@@ -222,13 +263,17 @@ impl SentinelSet {
     fn wait_until_complete(&self, replicas: usize, sentinels: usize, limit: Duration) {
         let master = self.data[0].port();
         let complete = poll(limit, || {
-            let replication = run_text(master, &["INFO", "replication"]).ok()?;
+            let replication: String =
+                redis::from_redis_value(self.on_data(master, &["INFO", "replication"]).ok()?)
+                    .ok()?;
             let online = replication.matches("state=online").count();
             if online < replicas {
                 return None;
             }
             for port in self.sentinel_ports() {
-                let reply = run(port, &["SENTINEL", "MASTER", &self.master_name]).ok()?;
+                let reply = self
+                    .on_sentinel(port, &["SENTINEL", "MASTER", &self.master_name])
+                    .ok()?;
                 let state: HashMap<String, String> = redis::from_redis_value(reply).ok()?;
                 let known_replicas: usize = state.get("num-slaves")?.parse().ok()?;
                 let others: usize = state.get("num-other-sentinels")?.parse().ok()?;
