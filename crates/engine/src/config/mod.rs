@@ -48,6 +48,7 @@
 mod error;
 mod http;
 mod schema;
+mod topology;
 mod types;
 mod validate;
 mod values;
@@ -61,12 +62,13 @@ use std::path::Path;
 
 pub use error::ConfigError;
 pub use http::HttpConfig;
+pub use topology::{SentinelConfig, TlsConfig};
 pub use types::{
     default_node_name, BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig,
 };
 pub use validate::{
     LEASE_RESPONSE_TIMEOUTS, MAX_CLAIM_BATCH, MAX_CONCURRENCY, MAX_NODE_NAME_CHARS, MAX_PARTITIONS,
-    MAX_PAYLOAD_LIMIT,
+    MAX_PAYLOAD_LIMIT, MAX_WAIT_REPLICAS,
 };
 pub use values::MAX_DURATION;
 
@@ -75,9 +77,12 @@ pub use values::MAX_DURATION;
 pub const DEFAULT_CONFIG_FILE: &str = "cluster.yaml";
 
 /// The environment variables that override the file, with the key each one sets.
-/// An empty variable counts as unset.
+/// An empty variable counts as unset. The topology is chosen apart, by exactly one of
+/// `DELAYQ_REDIS_URL`, `DELAYQ_REDIS_CLUSTER` (comma-separated seed URLs) and
+/// `DELAYQ_REDIS_SENTINEL` (comma-separated sentinel URLs, with
+/// `DELAYQ_REDIS_SENTINEL_MASTER`): each replaces the file's `redis.url`, `redis.cluster`
+/// or `redis.sentinel`, and setting two of them is an error naming both.
 pub const ENV_OVERRIDES: &[(&str, &str)] = &[
-    ("DELAYQ_REDIS_URL", "redis.url"),
     ("DELAYQ_KEY_PREFIX", "redis.key_prefix"),
     ("DELAYQ_NODE_NAME", "node.name"),
     ("DELAYQ_HTTP_LISTEN", "http.listen"),
@@ -140,13 +145,12 @@ impl Config {
 
     /// Applies the overrides and returns the keys they set.
     fn apply_env_tracked(&mut self, get: impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
-        let mut applied = Vec::new();
+        let mut applied = self.apply_topology_env(&get);
         for &(variable, key) in ENV_OVERRIDES {
             let Some(value) = get(variable).filter(|value| !value.is_empty()) else {
                 continue;
             };
             let slot = match key {
-                "redis.url" => &mut self.redis.url,
                 "redis.key_prefix" => &mut self.redis.key_prefix,
                 "node.name" => &mut self.node.name,
                 "http.listen" => self.http.listen.insert(String::new()),
@@ -176,6 +180,9 @@ fn finish(
         mut config,
         mut lines,
     } = schema::parse(text, source)?;
+    if let Some(conflict) = topology::topology_env_conflict(&get) {
+        return Err(conflict);
+    }
     for key in config.apply_env_tracked(get) {
         lines.forget(key);
     }
@@ -202,6 +209,9 @@ fn load_file(
             if error.kind() == io::ErrorKind::NotFound && missing == MissingFile::UseDefaults =>
         {
             tracing::info!(path = %path.display(), "no configuration file, using the defaults");
+            if let Some(conflict) = topology::topology_env_conflict(&get) {
+                return Err(conflict);
+            }
             let mut config = Config::default();
             config.apply_env_from(get);
             config.validate()?;

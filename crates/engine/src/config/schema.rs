@@ -7,17 +7,33 @@ use delayq_storage::QueueName;
 
 use super::error::ConfigError;
 use super::http::HttpConfig;
+use super::topology::{SentinelConfig, TlsConfig, SENTINEL_KEYS, TLS_KEYS, TOPOLOGY_KEYS};
 use super::types::{BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig};
-use super::values::{count, duration, invalid, size, string};
+use super::values::{count, duration, invalid, size, string, strings};
 use super::yaml::{self, Key, Node, Value};
 
 /// The top-level sections.
-pub(crate) const TOP_KEYS: &[&str] =
-    &["redis", "http", "node", "engine", "queue_defaults", "queues"];
+pub(crate) const TOP_KEYS: &[&str] = &[
+    "redis",
+    "http",
+    "node",
+    "engine",
+    "queue_defaults",
+    "queues",
+];
 /// The keys of `http:`.
 pub(crate) const HTTP_KEYS: &[&str] = &["listen", "token", "read_only"];
 /// The keys of `redis:`.
-pub(crate) const REDIS_KEYS: &[&str] = &["url", "key_prefix", "response_timeout"];
+pub(crate) const REDIS_KEYS: &[&str] = &[
+    "url",
+    "key_prefix",
+    "response_timeout",
+    "cluster",
+    "sentinel",
+    "tls",
+    "wait_replicas",
+    "wait_timeout",
+];
 /// The keys of `node:`.
 pub(crate) const NODE_KEYS: &[&str] =
     &["name", "heartbeat_period", "heartbeat_ttl", "start_timeout"];
@@ -50,6 +66,8 @@ pub(crate) fn known_keys_beside(key: &str) -> &'static [&'static str] {
     };
     match parent {
         "redis" => REDIS_KEYS,
+        "redis.sentinel" => SENTINEL_KEYS,
+        "redis.tls" => TLS_KEYS,
         "http" => HTTP_KEYS,
         "node" => NODE_KEYS,
         "engine" => ENGINE_KEYS,
@@ -187,16 +205,65 @@ impl Walk<'_> {
     }
 
     fn redis(&mut self, node: &Node, redis: &mut RedisConfig) -> Result<(), ConfigError> {
+        let mut topology: Option<(String, usize)> = None;
         for (key, value) in self.section("redis", node)? {
             let path = self.record("redis", key, value);
+            if TOPOLOGY_KEYS.contains(&path.as_str()) {
+                if let Some((first, line)) = &topology {
+                    return Err(invalid(
+                        &path,
+                        value,
+                        format!(
+                            "give exactly one of redis.url, redis.cluster and redis.sentinel \
+                             ({first} is set on line {line})"
+                        ),
+                    ));
+                }
+                topology = Some((path.clone(), key.line));
+            }
             match key.name.as_str() {
                 "url" => redis.url = string(&path, value)?,
                 "key_prefix" => redis.key_prefix = string(&path, value)?,
                 "response_timeout" => redis.response_timeout = duration(&path, value)?,
+                "cluster" => redis.cluster = strings(&path, value)?,
+                "sentinel" => redis.sentinel = Some(self.sentinel(&path, value)?),
+                "tls" => redis.tls = Some(self.tls(&path, value)?),
+                "wait_replicas" => redis.wait_replicas = count(&path, value)?,
+                "wait_timeout" => redis.wait_timeout = duration(&path, value)?,
                 _ => return Err(self.unknown(path, key)),
             }
         }
         Ok(())
+    }
+
+    fn sentinel(&mut self, path: &str, node: &Node) -> Result<SentinelConfig, ConfigError> {
+        let mut sentinel = SentinelConfig::default();
+        for (key, value) in self.section(path, node)? {
+            let key_path = self.record(path, key, value);
+            match key.name.as_str() {
+                "urls" => sentinel.urls = strings(&key_path, value)?,
+                "master" => sentinel.master = string(&key_path, value)?,
+                "username" => sentinel.username = Some(string(&key_path, value)?),
+                "password" => sentinel.password = Some(string(&key_path, value)?),
+                _ => return Err(self.unknown(key_path, key)),
+            }
+        }
+        Ok(sentinel)
+    }
+
+    fn tls(&mut self, path: &str, node: &Node) -> Result<TlsConfig, ConfigError> {
+        let mut tls = TlsConfig::default();
+        for (key, value) in self.section(path, node)? {
+            let key_path = self.record(path, key, value);
+            let file = Some(std::path::PathBuf::from(string(&key_path, value)?));
+            match key.name.as_str() {
+                "ca_file" => tls.ca_file = file,
+                "cert_file" => tls.cert_file = file,
+                "key_file" => tls.key_file = file,
+                _ => return Err(self.unknown(key_path, key)),
+            }
+        }
+        Ok(tls)
     }
 
     fn http(&mut self, node: &Node, http: &mut HttpConfig) -> Result<(), ConfigError> {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use delayq_storage::DEFAULT_MAX_PAYLOAD;
 
 use super::http::HttpConfig;
+use super::topology::{SentinelConfig, TlsConfig};
 use super::validate::redact_password;
 
 /// The whole configuration of one delayq node, as read from `cluster.yaml`.
@@ -42,6 +43,17 @@ pub struct RedisConfig {
     /// How long one Redis command may take before it counts as failed (and, for reads, is
     /// retried). `engine.lease` must exceed three times this. Default 2 s.
     pub response_timeout: Duration,
+    /// Redis Cluster seed URLs, instead of `url` (empty: not a cluster).
+    pub cluster: Vec<String>,
+    /// A master watched by Redis Sentinel, instead of `url`.
+    pub sentinel: Option<SentinelConfig>,
+    /// TLS files for `rediss://` URLs (private CA, client certificate).
+    pub tls: Option<TlsConfig>,
+    /// Writes (schedule, cancel, ack) return only after `WAIT` saw this many replicas;
+    /// 0 (the default) does not wait.
+    pub wait_replicas: u32,
+    /// How long a write waits for `wait_replicas` before it fails. Default 100 ms.
+    pub wait_timeout: Duration,
 }
 
 impl Default for RedisConfig {
@@ -50,16 +62,31 @@ impl Default for RedisConfig {
             url: "redis://127.0.0.1:6379/0".to_owned(),
             key_prefix: "delayq".to_owned(),
             response_timeout: Duration::from_secs(2),
+            cluster: Vec::new(),
+            sentinel: None,
+            tls: None,
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(100),
         }
     }
 }
 
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cluster: Vec<String> = self
+            .cluster
+            .iter()
+            .map(|url| redact_password(url))
+            .collect();
         f.debug_struct("RedisConfig")
             .field("url", &redact_password(&self.url))
             .field("key_prefix", &self.key_prefix)
             .field("response_timeout", &self.response_timeout)
+            .field("cluster", &cluster)
+            .field("sentinel", &self.sentinel)
+            .field("tls", &self.tls)
+            .field("wait_replicas", &self.wait_replicas)
+            .field("wait_timeout", &self.wait_timeout)
             .finish()
     }
 }

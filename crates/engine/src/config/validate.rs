@@ -91,12 +91,13 @@ pub(crate) fn check(config: &Config) -> Check {
     Ok(())
 }
 
-fn redis(redis: &RedisConfig) -> Check {
-    let scheme = redis.url.split_once("://").map(|(scheme, _)| scheme);
+/// A Redis URL of one of [`REDIS_SCHEMES`], for the error of `key`.
+fn redis_url(key: &str, url: &str) -> Check {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
     if !scheme.is_some_and(|scheme| REDIS_SCHEMES.contains(&scheme)) {
         return fail(
-            "redis.url",
-            redact_password(&redis.url),
+            key,
+            redact_password(url),
             format!(
                 "expected a URL starting with one of {}, e.g. redis://127.0.0.1:6379/0",
                 REDIS_SCHEMES
@@ -107,6 +108,72 @@ fn redis(redis: &RedisConfig) -> Check {
             ),
         );
     }
+    Ok(())
+}
+
+/// The topology: a valid `redis.url`, or valid seed URLs, or sentinels with a master name;
+/// `wait_timeout` below the response timeout (a WAIT must answer within one).
+fn topology(redis: &RedisConfig) -> Check {
+    if redis.sentinel.is_some() && !redis.cluster.is_empty() {
+        return fail(
+            "redis.sentinel",
+            "{...}",
+            "give exactly one of redis.url, redis.cluster and redis.sentinel (redis.cluster is set too)",
+        );
+    }
+    if let Some(sentinel) = &redis.sentinel {
+        if sentinel.urls.is_empty() {
+            return fail(
+                "redis.sentinel.urls",
+                "[]",
+                "list at least one sentinel URL",
+            );
+        }
+        for url in &sentinel.urls {
+            redis_url("redis.sentinel.urls", url)?;
+        }
+        if sentinel.master.trim().is_empty() {
+            return fail(
+                "redis.sentinel.master",
+                &sentinel.master,
+                "name the master as the sentinels know it (DELAYQ_REDIS_SENTINEL_MASTER)",
+            );
+        }
+    } else if !redis.cluster.is_empty() {
+        for url in &redis.cluster {
+            redis_url("redis.cluster", url)?;
+        }
+    } else {
+        redis_url("redis.url", &redis.url)?;
+    }
+    if redis.wait_replicas > MAX_WAIT_REPLICAS {
+        return fail(
+            "redis.wait_replicas",
+            redis.wait_replicas,
+            format!("at most {MAX_WAIT_REPLICAS} replicas can be waited for"),
+        );
+    }
+    if redis.wait_replicas > 0 && redis.wait_timeout >= redis.response_timeout {
+        return fail(
+            "redis.wait_timeout",
+            human(redis.wait_timeout),
+            format!(
+                "must be shorter than redis.response_timeout ({}): WAIT answers within one response",
+                human(redis.response_timeout)
+            ),
+        );
+    }
+    if redis.wait_replicas > 0 {
+        positive("redis.wait_timeout", redis.wait_timeout)?;
+    }
+    Ok(())
+}
+
+/// The most replicas `redis.wait_replicas` may ask for.
+pub const MAX_WAIT_REPLICAS: u32 = 16;
+
+fn redis(redis: &RedisConfig) -> Check {
+    topology(redis)?;
     let prefix = &redis.key_prefix;
     if prefix.is_empty() {
         return fail("redis.key_prefix", prefix, "must not be empty");

@@ -104,6 +104,29 @@ pub(crate) fn string(key: &str, node: &Node) -> Result<String, ConfigError> {
     }
 }
 
+/// A list of strings, written as a YAML sequence (`[a, b]` or one `- item` per line), or
+/// as one comma-separated string.
+pub(crate) fn strings(key: &str, node: &Node) -> Result<Vec<String>, ConfigError> {
+    present(key, node)?;
+    let items: Vec<String> = match &node.value {
+        Value::Seq(items) => items
+            .iter()
+            .map(|item| string(key, item))
+            .collect::<Result<_, _>>()?,
+        Value::Str(text) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        _ => return Err(invalid(key, node, "expected a list of strings")),
+    };
+    if items.is_empty() {
+        return Err(invalid(key, node, "the list is empty"));
+    }
+    Ok(items)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,8 +29,8 @@ pub(crate) enum Value {
     Int(i128),
     Float(f64),
     Str(String),
-    /// Sequences are never valid in the configuration; only their presence is kept.
-    Seq,
+    /// A sequence (e.g. `redis.cluster`'s seed URLs), items in file order.
+    Seq(Vec<Node>),
     /// Entries in file order, each key with its own line.
     Map(Vec<(Key, Node)>),
 }
@@ -51,7 +51,7 @@ impl Value {
             Value::Int(value) => value.to_string(),
             Value::Float(value) => value.to_string(),
             Value::Str(value) => value.clone(),
-            Value::Seq => "[...]".to_owned(),
+            Value::Seq(_) => "[...]".to_owned(),
             Value::Map(_) => "{...}".to_owned(),
         }
     }
@@ -168,8 +168,11 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-        Ok(Value::Seq)
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Spanned<SpannedValue>>()? {
+            items.push(into_node(item));
+        }
+        Ok(Value::Seq(items))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {

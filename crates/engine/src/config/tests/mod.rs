@@ -3,6 +3,7 @@
 mod loading;
 mod parsing;
 mod rules;
+mod topology;
 
 use std::path::PathBuf;
 use std::time::Duration;

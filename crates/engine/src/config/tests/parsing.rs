@@ -101,6 +101,7 @@ queues:
             url: "rediss://user:pw@redis.internal:6380/2".into(),
             key_prefix: "staging".into(),
             response_timeout: millis(750),
+            ..RedisConfig::default()
         },
         node: NodeConfig {
             name: "api-7".into(),
