@@ -160,6 +160,7 @@ impl SchedulerBuilder {
         let store_options = StoreOptions {
             max_payload: config.engine.max_payload,
             executed_retention_ms: config.engine.executed_retention.as_millis() as u64,
+            ..StoreOptions::default()
         };
         let (store, coordinator): (Arc<dyn TaskStore>, Arc<dyn Coordinator>) = match self.backend {
             Backend::Redis => {
