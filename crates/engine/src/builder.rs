@@ -11,7 +11,7 @@ use delayq_coordinator::{
     RedisCoordinator, SystemClock,
 };
 use delayq_storage::{
-    MemoryStore, QueueName, RedisStore, RedisStoreOptions, StoreOptions, TaskStore,
+    MemoryStore, QueueName, RedisStore, RedisStoreOptions, StoreOptions, TaskStore, WaitReplicas,
 };
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -168,11 +168,12 @@ impl SchedulerBuilder {
                     Some(store) => store,
                     None => Arc::new(
                         RedisStore::connect(RedisStoreOptions {
-                            url: config.redis.url.clone(),
+                            redis: config.connect_options(),
                             key_prefix: config.redis.key_prefix.clone(),
                             store: store_options,
-                            response_timeout: config.redis.response_timeout,
-                            connect_timeout: config.node.start_timeout,
+                            wait_replicas: config
+                                .wait_for_replicas()
+                                .map(|(replicas, timeout)| WaitReplicas { replicas, timeout }),
                         })
                         .await?,
                     ),

@@ -204,11 +204,9 @@ async fn membership_churn_never_claims_a_task_twice_and_loses_none() {
     let mut config = fast_config();
     config.redis.url = server.url();
     let redis = RedisStore::connect(RedisStoreOptions {
-        url: server.url(),
         key_prefix: config.redis.key_prefix.clone(),
         store: StoreOptions::default(),
-        response_timeout: Duration::from_secs(2),
-        connect_timeout: Duration::from_secs(2),
+        ..RedisStoreOptions::standalone(server.url())
     })
     .await
     .expect("store connects");

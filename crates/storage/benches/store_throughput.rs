@@ -215,9 +215,8 @@ fn print_round(label: &str, round: &Round) {
 async fn run_round(config: &Config) -> Result<Round, Failure> {
     let server = tokio::task::spawn_blocking(RedisServer::start).await?;
     let store = RedisStore::connect(RedisStoreOptions {
-        url: server.url(),
         key_prefix: "bench".to_owned(),
-        ..Default::default()
+        ..RedisStoreOptions::standalone(server.url())
     })
     .await?;
     let payload = Bytes::from(vec![b'x'; PAYLOAD_BYTES]);

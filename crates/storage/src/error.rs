@@ -102,6 +102,21 @@ pub enum StorageError {
         /// The backend's message.
         message: String,
     },
+    /// `WAIT` saw fewer replicas confirm the write than `wait_replicas` asks for, within its
+    /// timeout. The write is on the master, but a failover now could lose it; trying again
+    /// later can succeed (an `ack` retried with the same token only waits again).
+    #[error(
+        "{operation} is on the Redis master, but only {confirmed} of {wanted} replicas confirmed \
+         it within redis.wait_timeout; a failover now could lose it"
+    )]
+    ReplicationTimeout {
+        /// The operation (`schedule`, `schedule_many`, `cancel`, `ack`).
+        operation: &'static str,
+        /// The replicas asked for (`redis.wait_replicas`).
+        wanted: u32,
+        /// The replicas that confirmed in time.
+        confirmed: u32,
+    },
     /// The backend refused the operation for another reason.
     #[error("the store failed {operation}: {message}")]
     Backend {
@@ -113,11 +128,15 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// Whether retrying the same operation later can succeed (connection lost, timeout).
+    /// Whether retrying the same operation later can succeed: the connection was lost, the
+    /// backend did not answer in time (a failover in progress is either), or too few replicas
+    /// confirmed a write.
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StorageError::ConnectionLost { .. } | StorageError::Timeout { .. }
+            StorageError::ConnectionLost { .. }
+                | StorageError::Timeout { .. }
+                | StorageError::ReplicationTimeout { .. }
         )
     }
 }

@@ -32,5 +32,5 @@ pub use error::{StorageError, StorageResult};
 pub use hash::{partition_of, stable_hash};
 pub use memory::MemoryStore;
 pub use model::*;
-pub use redis::{RedisStore, RedisStoreOptions};
+pub use redis::{RedisStore, RedisStoreOptions, WaitReplicas};
 pub use store::{ItemResult, TaskStore};

@@ -23,10 +23,9 @@ fn redis_store(options: StoreOptions) -> SubjectFuture {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let store = RedisStore::connect(RedisStoreOptions {
-            url: server.url(),
             key_prefix,
             store: options,
-            ..RedisStoreOptions::default()
+            ..RedisStoreOptions::standalone(server.url())
         })
         .await
         .unwrap_or_else(|error| panic!("connect to {}: {error}\n{}", server.url(), server.log()));

@@ -7,6 +7,7 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use delayq_redis::{ConnectOptions, Timeouts, Topology};
 use delayq_storage::{
     AckOutcome, FailAction, NewTask, Partition, QueueName, RedisStore, RedisStoreOptions,
     ScheduleMode, ScheduleOutcome, StorageError, StoreOptions, TaskId, TaskState, TaskStore,
@@ -15,14 +16,18 @@ use delayq_testkit::{free_port, RedisOptions, RedisServer};
 
 const T0: u64 = 1_700_000_000_000;
 
-/// Short timeouts, so the failure cases stay fast.
+/// Short timeouts, so the failure cases stay fast: connecting gives up after 500 ms.
 fn options(url: String) -> RedisStoreOptions {
     RedisStoreOptions {
-        url,
+        redis: ConnectOptions::new(Topology::standalone(url)).with_timeouts(Timeouts {
+            connect: Duration::from_millis(500),
+            response: Duration::from_millis(500),
+            start: Duration::from_millis(500),
+            failover: Duration::from_secs(2),
+        }),
         key_prefix: "faults".to_owned(),
         store: StoreOptions::default(),
-        response_timeout: Duration::from_millis(500),
-        connect_timeout: Duration::from_millis(500),
+        wait_replicas: None,
     }
 }
 

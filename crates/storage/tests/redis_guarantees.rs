@@ -2,7 +2,7 @@
 //! bounds claims and lease expiry (guarantee 9), and the queue registry's `{cluster}` key,
 //! its upgrade from the old key, and its tolerance of bad entries.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use delayq_storage::{
@@ -13,11 +13,9 @@ use delayq_testkit::RedisServer;
 
 fn options(url: String) -> RedisStoreOptions {
     RedisStoreOptions {
-        url,
         key_prefix: "g".to_owned(),
         store: StoreOptions::default(),
-        response_timeout: Duration::from_secs(2),
-        connect_timeout: Duration::from_secs(2),
+        ..RedisStoreOptions::standalone(url)
     }
 }
 

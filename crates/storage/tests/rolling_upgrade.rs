@@ -2,8 +2,6 @@
 //! fixtures in `tests/fixtures/v0.1.0/`, run as they were) are claimed, acked, failed,
 //! cancelled and dead-lettered by this release, and its queue registry is found.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use delayq_storage::{
     AckOutcome, Cancel, FailAction, FailOutcome, LeaseToken, Partition, QueueName, RedisStore,
@@ -163,11 +161,9 @@ async fn records_of_the_previous_release_are_claimed_acked_failed_cancelled_and_
 
     // This release takes over.
     let store = RedisStore::connect(RedisStoreOptions {
-        url: server.url(),
         key_prefix: "up".to_owned(),
         store: StoreOptions::default(),
-        response_timeout: Duration::from_secs(2),
-        connect_timeout: Duration::from_secs(2),
+        ..RedisStoreOptions::standalone(server.url())
     })
     .await
     .expect("connect");

@@ -114,21 +114,37 @@ impl Default for LogHandler {
     }
 }
 
-/// The writer task: one whole line per write, flushed, until every handler is gone. A line
-/// whose handler gave up waiting (its attempt failed and will be retried) is skipped, so a
-/// stdout that comes back does not report fires that were not acked.
+/// The most lines one write takes: the lines waiting when the writer comes round are
+/// written and flushed together (one `write(2)` instead of one each: a burst of fires would
+/// otherwise be limited by one blocking-pool round trip per line), but never more than this.
+const LINES_PER_WRITE: usize = 256;
+
+/// The writer task, until every handler is gone: the lines waiting (at most
+/// [`LINES_PER_WRITE`]) are written whole and flushed at once, then each handler hears
+/// whether its line was written. A line whose handler gave up waiting (its attempt failed
+/// and will be retried) is skipped, so a stdout that comes back does not report fires that
+/// were not acked.
 async fn write_lines(mut output: impl AsyncWrite + Unpin, mut queue: mpsc::Receiver<Line>) {
-    while let Some(line) = queue.recv().await {
-        if line.written.is_closed() {
-            continue;
+    let mut batch: Vec<Line> = Vec::with_capacity(LINES_PER_WRITE);
+    let mut text = String::new();
+    while queue.recv_many(&mut batch, LINES_PER_WRITE).await > 0 {
+        batch.retain(|line| !line.written.is_closed());
+        text.clear();
+        for line in &batch {
+            text.push_str(&line.text);
         }
         let result = async {
-            output.write_all(line.text.as_bytes()).await?;
+            output.write_all(text.as_bytes()).await?;
             output.flush().await
         }
         .await;
-        // The handler may have given up meanwhile: nobody to tell.
-        let _ = line.written.send(result);
+        for line in batch.drain(..) {
+            // The handler may have given up meanwhile: nobody to tell.
+            let _ = line.written.send(match &result {
+                Ok(()) => Ok(()),
+                Err(error) => Err(io::Error::new(error.kind(), error.to_string())),
+            });
+        }
     }
 }
 

@@ -398,11 +398,9 @@ impl TaskStore for RecordingStore {
 /// (give it to a node with `SchedulerBuilder::store`).
 pub async fn recording_redis_store(server: &RedisServer, config: &Config) -> Arc<RecordingStore> {
     let redis = delayq_storage::RedisStore::connect(delayq_storage::RedisStoreOptions {
-        url: server.url(),
         key_prefix: config.redis.key_prefix.clone(),
         store: delayq_storage::StoreOptions::default(),
-        response_timeout: Duration::from_secs(2),
-        connect_timeout: Duration::from_secs(2),
+        ..delayq_storage::RedisStoreOptions::standalone(server.url())
     })
     .await
     .expect("store connects");

@@ -1,6 +1,7 @@
 //! Looking tasks up, counting, and the housekeeping operations
 //! (`cancel`, `prune_done`, dead letters).
 
+use delayq_redis::ScriptCall;
 use redis::Value;
 
 use crate::error::StorageResult;
@@ -9,6 +10,7 @@ use crate::model::{Cancel, DeadTask, Partition, PartitionStats, TaskId, TaskInfo
 use super::connection::RedisStore;
 use super::error_map::{map_error, unexpected_reply};
 use super::lease::{decode, explicit_due};
+use super::replication::Writer;
 use super::reply::{expect_array, expect_number, number, task_id, text};
 use super::scripts::SCRIPTS;
 
@@ -17,25 +19,28 @@ use super::scripts::SCRIPTS;
 const HOUSEKEEPING_CHUNK: usize = 1_000;
 
 impl RedisStore {
+    /// Cancels on the producers' connection (a producer's write); with `wait_replicas`,
+    /// returns once the replicas confirmed it.
     pub(crate) async fn remove(&self, partition: &Partition, id: &TaskId) -> StorageResult<Cancel> {
         let keys = self.keys(partition);
-        let mut invocation = SCRIPTS.cancel.prepare_invoke();
-        invocation
+        let call = ScriptCall::new(&SCRIPTS.cancel)
             .key(&keys.due)
             .key(&keys.tasks)
             .key(&keys.inflight)
             .key(&keys.dead)
             .arg(id.as_str());
         let reply = self
-            .invoke(&invocation)
+            .invoke_on(&self.producer, &call)
             .await
             .map_err(|error| map_error("cancel", &keys.tasks, error))?;
-        match number(&reply) {
-            Some(1) => Ok(Cancel::Cancelled),
-            Some(2) => Ok(Cancel::InFlight),
-            Some(0) => Ok(Cancel::NotFound),
-            _ => Err(unexpected_reply("cancel", format!("{reply:?}"))),
-        }
+        let outcome = match number(&reply) {
+            Some(1) => Cancel::Cancelled,
+            Some(2) => Cancel::InFlight,
+            Some(0) => Cancel::NotFound,
+            _ => return Err(unexpected_reply("cancel", format!("{reply:?}"))),
+        };
+        self.confirm(Writer::Producer, partition, "cancel").await?;
+        Ok(outcome)
     }
 
     pub(crate) async fn lookup(
@@ -46,9 +51,8 @@ impl RedisStore {
         const OPERATION: &str = "get";
         let keys = self.keys(partition);
         let reply = self
-            .read(OPERATION, &keys.tasks, |mut connection| {
-                let mut invocation = SCRIPTS.get.prepare_invoke();
-                invocation
+            .read(OPERATION, &keys.tasks, |connection| {
+                let call = ScriptCall::new(&SCRIPTS.get)
                     .key(&keys.due)
                     .key(&keys.tasks)
                     .key(&keys.inflight)
@@ -56,7 +60,7 @@ impl RedisStore {
                     .key(&keys.done)
                     .arg(id.as_str())
                     .arg(self.options.executed_retention_ms);
-                async move { invocation.invoke_async(&mut connection).await }
+                async move { connection.run_script(&call).await }
             })
             .await?;
         let values = expect_array(OPERATION, reply)?;
@@ -97,14 +101,15 @@ impl RedisStore {
     ) -> StorageResult<PartitionStats> {
         let keys = self.keys(partition);
         let counts: Vec<u64> = self
-            .read("stats", &keys.tasks, |mut connection| {
+            .read("stats", &keys.tasks, |connection| {
+                // One partition's keys share one slot: one pipeline to its master.
                 let mut pipe = redis::pipe();
                 pipe.zcard(&keys.due)
                     .zcount(&keys.due, "-inf", now_ms)
                     .zcard(&keys.inflight)
                     .zcard(&keys.dead)
                     .zcard(&keys.done);
-                async move { pipe.query_async(&mut connection).await }
+                async move { connection.query_pipeline("stats", &pipe).await }
             })
             .await?;
         match counts[..] {
@@ -130,14 +135,13 @@ impl RedisStore {
         let mut left = limit;
         while left > 0 {
             let chunk = left.min(HOUSEKEEPING_CHUNK);
-            let mut invocation = SCRIPTS.prune_done.prepare_invoke();
-            invocation
+            let call = ScriptCall::new(&SCRIPTS.prune_done)
                 .key(&keys.tasks)
                 .key(&keys.done)
                 .arg(older_than_ms)
                 .arg(chunk);
             let reply = self
-                .invoke(&invocation)
+                .invoke(&call)
                 .await
                 .map_err(|error| map_error("prune_done", &keys.tasks, error))?;
             let removed = expect_number("prune_done", &reply, "the pruned count")?;
@@ -161,10 +165,12 @@ impl RedisStore {
         }
         let keys = self.keys(partition);
         let reply = self
-            .read(OPERATION, &keys.tasks, |mut connection| {
-                let mut invocation = SCRIPTS.list_dead.prepare_invoke();
-                invocation.key(&keys.tasks).key(&keys.dead).arg(limit);
-                async move { invocation.invoke_async(&mut connection).await }
+            .read(OPERATION, &keys.tasks, |connection| {
+                let call = ScriptCall::new(&SCRIPTS.list_dead)
+                    .key(&keys.tasks)
+                    .key(&keys.dead)
+                    .arg(limit);
+                async move { connection.run_script(&call).await }
             })
             .await?;
         let mut values = expect_array(OPERATION, reply)?.into_iter();
@@ -195,15 +201,14 @@ impl RedisStore {
     ) -> StorageResult<bool> {
         crate::model::validate_due(due_ms)?;
         let keys = self.keys(partition);
-        let mut invocation = SCRIPTS.retry_dead.prepare_invoke();
-        invocation
+        let call = ScriptCall::new(&SCRIPTS.retry_dead)
             .key(&keys.due)
             .key(&keys.tasks)
             .key(&keys.dead)
             .arg(id.as_str())
             .arg(due_ms);
         let reply = self
-            .invoke(&invocation)
+            .invoke(&call)
             .await
             .map_err(|error| map_error("retry_dead", &keys.tasks, error))?;
         Ok(number(&reply) == Some(1))
@@ -218,14 +223,15 @@ impl RedisStore {
         let keys = self.keys(partition);
         let mut purged = 0;
         loop {
-            let mut invocation = SCRIPTS.purge_dead.prepare_invoke();
-            invocation.key(&keys.tasks).key(&keys.dead);
-            match id {
-                Some(id) => invocation.arg("one").arg(id.as_str()),
-                None => invocation.arg("chunk").arg(HOUSEKEEPING_CHUNK),
+            let call = ScriptCall::new(&SCRIPTS.purge_dead)
+                .key(&keys.tasks)
+                .key(&keys.dead);
+            let call = match id {
+                Some(id) => call.arg("one").arg(id.as_str()),
+                None => call.arg("chunk").arg(HOUSEKEEPING_CHUNK),
             };
             let reply = self
-                .invoke(&invocation)
+                .invoke(&call)
                 .await
                 .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
             let removed = expect_number(OPERATION, &reply, "the purged count")?;

@@ -4,42 +4,50 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncConnectionConfig, RedisError, RedisResult, ScriptInvocation, Value};
+use delayq_redis::{RedisConnection, ScriptCall};
+use redis::Value;
 
-use crate::error::{StorageError, StorageResult};
+use crate::error::StorageResult;
 use crate::model::{AckOutcome, LeaseToken, NewTask, Partition, ScheduleOutcome, StoreOptions};
 
 use super::batch::Batcher;
-use super::error_map::{map_error, redact_url};
+use super::error_map::{map_error, timed_out};
 use super::keys::PartitionKeys;
+use super::replication::Replication;
 use super::scripts::SCRIPTS;
 use super::RedisStoreOptions;
 
 /// Pauses before the retries of an idempotent read that failed on a transient error.
 const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(400)];
 
-/// The Redis task store: partitions as sorted sets and a hash, changed by Lua scripts.
+/// The Redis task store: partitions as sorted sets and a hash, changed by Lua scripts, on one
+/// server, a Redis Cluster or a Sentinel master.
 ///
-/// Cloning is cheap: clones share two multiplexed connections (redis-rs `ConnectionManager`s,
-/// which reconnect in the background after a connection drops): one for the firing path
-/// (claims, acks, renewals, reads) and one for producers' writes (`schedule`,
-/// `schedule_many`), so a bulk load never queues a claim behind its pipelines.
+/// Cloning is cheap: clones share the connections of `delayq-redis` (each one multiplexed,
+/// repairing itself after a lost connection or a failover): one for the firing path (claims,
+/// acks, renewals, reads) and one for producers' writes (`schedule`, `schedule_many`,
+/// `cancel`), so a bulk load never queues a claim behind its pipelines. With
+/// [`RedisStoreOptions::wait_replicas`], acks get a third one: `WAIT` holds up every command
+/// behind it on its connection, and claims must not wait for replicas.
 ///
 /// Layout (DESIGN.md): per partition `<prefix>:{<queue>:<p>}:due|tasks|inflight|done|dead`,
-/// plus the queue registry `<prefix>:{cluster}:queues`. The record in `tasks` is a versioned text header
-/// followed by the payload (`1|generation|attempt|claim|due|scheduled due|error length|error
-/// payload`); completed tasks keep only the header. Every change is one Lua script called by
-/// SHA, with every key passed through `KEYS`, so the store is ready for Redis Cluster.
+/// plus the queue registry `<prefix>:{cluster}:queues`. The record in `tasks` is a versioned
+/// text header followed by the payload (`1|generation|attempt|claim|due|scheduled due|error
+/// length|error payload`); completed tasks keep only the header. Every change is one Lua script
+/// called by SHA, with every key passed through `KEYS` and all in one slot, routed to the
+/// master of that slot.
 ///
 /// Reads are retried twice after a transient failure; changes are not (after a lost
 /// connection their fate is unknown, and the error says so).
 #[derive(Clone)]
 pub struct RedisStore {
-    /// The firing path: claims, acks, renewals, reads, maintenance.
-    pub(crate) connection: ConnectionManager,
-    /// Producers' writes: single and bulk schedules.
-    pub(crate) producer: ConnectionManager,
+    /// The firing path: claims, renewals, failures, reads, maintenance (and acks, unless
+    /// writes wait for replicas).
+    pub(crate) firing: RedisConnection,
+    /// Producers' writes: single and bulk schedules, cancels.
+    pub(crate) producer: RedisConnection,
+    /// Acks: the firing connection, or one of their own when acks wait for replicas.
+    pub(crate) acker: RedisConnection,
     /// Concurrent acks of one partition, sent together.
     pub(crate) acks: Batcher<Partition, LeaseToken, AckOutcome>,
     /// Concurrent single schedules of one partition and mode (`true`: if-absent), sent
@@ -47,17 +55,18 @@ pub struct RedisStore {
     pub(crate) schedules: Batcher<(Partition, bool), NewTask, ScheduleOutcome>,
     pub(crate) prefix: Arc<str>,
     pub(crate) options: StoreOptions,
-    /// The longest one operation may take: a response timeout plus a reconnection.
+    /// The longest one operation may take: a failover, a response and a reconnection.
     pub(crate) deadline: Duration,
     /// The queue registry's per-process state (legacy merge, bad entries reported).
     pub(crate) registry: Arc<super::registry::RegistryState>,
-    shown_url: Arc<str>,
+    /// Waiting for replicas, when asked to.
+    pub(crate) replication: Option<Arc<Replication>>,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("url", &self.shown_url)
+            .field("redis", &self.firing.describe())
             .field("prefix", &self.prefix)
             .field("options", &self.options)
             .finish_non_exhaustive()
@@ -65,88 +74,48 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to Redis and loads the scripts.
+    /// Connects to Redis (any topology) and loads the scripts.
     ///
-    /// Fails within about `connect_timeout` with `ConnectionLost` (refused, unreachable) or
-    /// `Timeout` when Redis cannot be reached, and with `Backend` for an invalid URL or a
-    /// refused login; the message names the URL without its password.
+    /// Connection attempts are retried until `options.redis.timeouts.start` runs out, then
+    /// fail with `ConnectionLost` (refused, unreachable) or `Timeout` (no answer). A refused
+    /// login, a bad URL or TLS file, a permission the ACL user lacks and an invalid
+    /// `wait_replicas` fail at once with `Backend`. No message contains a password.
     pub async fn connect(options: RedisStoreOptions) -> StorageResult<Self> {
-        let shown_url: Arc<str> = Arc::from(redact_url(&options.url));
-        let client =
-            redis::Client::open(options.url.as_str()).map_err(|error| StorageError::Backend {
-                operation: "connect",
-                message: format!("invalid Redis URL {shown_url}: {error}"),
-            })?;
-        let connect_timeout = options.connect_timeout;
-        let response_timeout = options.response_timeout;
-        let failed = |error: RedisError| {
-            let shown = &shown_url;
-            match map_error("connect", "", error) {
-                StorageError::ConnectionLost { operation, message } => {
-                    StorageError::ConnectionLost {
-                        operation,
-                        message: format!("cannot reach Redis at {shown}: {message}"),
-                    }
-                }
-                StorageError::Timeout { operation, message } => StorageError::Timeout {
-                    operation,
-                    message: format!("Redis at {shown} did not answer: {message}"),
-                },
-                StorageError::Backend { operation, message } => StorageError::Backend {
-                    operation,
-                    message: format!("Redis at {shown} refused us: {message}"),
-                },
-                other => other,
+        const OPERATION: &str = "connect";
+        let timeouts = options.redis.timeouts;
+        let replication = match options.wait_replicas.filter(|wait| wait.replicas > 0) {
+            Some(wait) => Some(Arc::new(Replication::new(wait, timeouts.response)?)),
+            None => None,
+        };
+        let connect = || {
+            let options = options.redis.clone();
+            async move {
+                RedisConnection::connect(options)
+                    .await
+                    .map_err(|error| map_error(OPERATION, "", error))
             }
         };
-
-        // One direct attempt first: the connection manager would retry a refused connection
-        // with backoff for seconds, and a caller starting up wants the reason at once.
-        let probe_config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(response_timeout));
-        let mut probe = within(
-            connect_timeout,
-            client.get_multiplexed_async_connection_with_config(&probe_config),
-        )
-        .await
-        .map_err(failed)?;
-        // Pipelined script calls get no NOSCRIPT fallback, so every script is loaded now.
-        for script in SCRIPTS.all() {
-            within(response_timeout, script.load_async(&mut probe))
-                .await
-                .map_err(failed)?;
-        }
-
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(response_timeout))
-            .set_min_delay(Duration::from_millis(50))
-            .set_max_delay(Duration::from_secs(1))
-            .set_number_of_retries(6);
-        let connection = within(
-            connect_timeout,
-            ConnectionManager::new_with_config(client.clone(), manager_config.clone()),
-        )
-        .await
-        .map_err(failed)?;
-        let producer = within(
-            connect_timeout,
-            ConnectionManager::new_with_config(client, manager_config),
-        )
-        .await
-        .map_err(failed)?;
-        tracing::debug!(url = %shown_url, prefix = %options.key_prefix, "connected to Redis");
+        let (firing, producer) = tokio::try_join!(connect(), connect())?;
+        let acker = match replication {
+            Some(_) => connect().await?,
+            None => firing.clone(),
+        };
+        let deadline = timeouts.failover + timeouts.response + timeouts.connect;
+        within(deadline, firing.load_scripts(&SCRIPTS.all()))
+            .await
+            .map_err(|error| map_error(OPERATION, "", error))?;
+        tracing::debug!(redis = %firing.describe(), prefix = %options.key_prefix, "connected to Redis");
         Ok(RedisStore {
-            connection,
+            firing,
             producer,
+            acker,
             acks: Batcher::default(),
             schedules: Batcher::default(),
             prefix: Arc::from(options.key_prefix),
             options: options.store,
-            deadline: response_timeout + connect_timeout,
+            deadline,
             registry: Arc::default(),
-            shown_url,
+            replication,
         })
     }
 
@@ -155,25 +124,25 @@ impl RedisStore {
         PartitionKeys::new(&self.prefix, partition)
     }
 
-    /// Runs one script call (EVALSHA; on NOSCRIPT, SCRIPT LOAD and one more try), bounded by
-    /// the operation deadline. Never retried otherwise: scripts change state.
-    pub(crate) async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Value> {
-        let mut connection = self.connection.clone();
-        within(self.deadline, invocation.invoke_async(&mut connection)).await
+    /// Runs one script call on the firing connection (routed by `KEYS[1]`, reloaded on
+    /// `NOSCRIPT`), bounded by the operation deadline. Never retried otherwise: scripts
+    /// change state.
+    pub(crate) async fn invoke(&self, call: &ScriptCall<'_>) -> delayq_redis::Result<Value> {
+        within(self.deadline, self.firing.run_script(call)).await
     }
 
-    /// Runs a producer's script (schedule) on the producers' connection.
-    pub(crate) async fn invoke_for_producer(
+    /// Runs one script call on `connection` (the producers' or the acks' one).
+    pub(crate) async fn invoke_on(
         &self,
-        invocation: &ScriptInvocation<'_>,
-    ) -> RedisResult<Value> {
-        let mut connection = self.producer.clone();
-        within(self.deadline, invocation.invoke_async(&mut connection)).await
+        connection: &RedisConnection,
+        call: &ScriptCall<'_>,
+    ) -> delayq_redis::Result<Value> {
+        within(self.deadline, connection.run_script(call)).await
     }
 
-    /// Runs an idempotent read, retrying it twice after a transient failure (the connection
-    /// manager reconnects in the background meanwhile). `key` names the hash a corrupt
-    /// record would be in.
+    /// Runs an idempotent read on the firing connection, retrying it twice after a transient
+    /// failure (the connection layer repairs itself meanwhile). `key` names the hash a
+    /// corrupt record would be in.
     pub(crate) async fn read<T, F, Fut>(
         &self,
         operation: &'static str,
@@ -181,12 +150,12 @@ impl RedisStore {
         attempt: F,
     ) -> StorageResult<T>
     where
-        F: Fn(ConnectionManager) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
+        F: Fn(RedisConnection) -> Fut,
+        Fut: Future<Output = delayq_redis::Result<T>>,
     {
         let mut delays = READ_RETRY_DELAYS.iter();
         loop {
-            let error = match within(self.deadline, attempt(self.connection.clone())).await {
+            let error = match within(self.deadline, attempt(self.firing.clone())).await {
                 Ok(value) => return Ok(value),
                 Err(error) => map_error(operation, key, error),
             };
@@ -201,17 +170,14 @@ impl RedisStore {
     }
 }
 
-/// Awaits `future` for at most `limit`; running out of time is an I/O timeout, which the error
-/// mapping reports as `Timeout`.
+/// Awaits `future` for at most `limit`; running out of time is a transient error that the
+/// error mapping reports as `Timeout`.
 pub(crate) async fn within<T>(
     limit: Duration,
-    future: impl Future<Output = RedisResult<T>>,
-) -> RedisResult<T> {
+    future: impl Future<Output = delayq_redis::Result<T>>,
+) -> delayq_redis::Result<T> {
     match tokio::time::timeout(limit, future).await {
         Ok(result) => result,
-        Err(_) => Err(RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no answer within {limit:?}"),
-        ))),
+        Err(_) => Err(timed_out("redis", limit)),
     }
 }

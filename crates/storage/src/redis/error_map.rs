@@ -1,15 +1,16 @@
-//! From redis-rs errors (and the scripts' own error replies) to [`StorageError`].
+//! From the connection layer's errors (and the scripts' own error replies) to
+//! [`StorageError`].
 //!
-//! - an I/O timeout (the response timeout) is `Timeout`;
-//! - any other I/O failure (refused, reset, broken pipe, EOF, the connection manager still
-//!   reconnecting) is `ConnectionLost`; so are the transient server states `LOADING` (a
-//!   restarted Redis replaying its AOF), `MASTERDOWN`, `CLUSTERDOWN` and `TRYAGAIN`, which
-//!   say "not now" rather than "no";
+//! - a transient failure (`delayq_redis::is_transient`: a lost or refused connection,
+//!   `READONLY`, `LOADING`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`, a redirection, no master
+//!   known yet) is `ConnectionLost`, or `Timeout` when nothing answered in time;
+//! - too few replicas confirming a write is `ReplicationTimeout`;
 //! - `DELAYQ_CORRUPT <reason> | field <id>` from a script is `CorruptRecord` on the partition's
-//!   `tasks` key; `DELAYQ_STALE` is `StaleLease`;
-//! - everything else (a script bug, OOM, NOPERM, wrong type) is `Backend` with Redis's message.
+//!   `tasks` key; `DELAYQ_STALE` is `StaleLease` (see `lease.rs`);
+//! - everything else (a script bug, OOM, `NOPERM`, a refused login, a bad setting) is
+//!   `Backend` with the layer's message, which never carries a password.
 
-use redis::{ErrorKind, RedisError, ServerErrorKind};
+use delayq_redis::Error;
 
 use crate::error::StorageError;
 
@@ -20,65 +21,112 @@ const STALE_CODE: &str = "DELAYQ_STALE";
 /// Separates the reason from the field in a `DELAYQ_CORRUPT` message.
 const FIELD_MARK: &str = " | field ";
 
-/// Maps a redis-rs error of `operation`. `tasks_key` names the hash a corrupt record was
-/// found in.
-pub(crate) fn map_error(
-    operation: &'static str,
-    tasks_key: &str,
-    error: RedisError,
-) -> StorageError {
-    if let Some(corrupt) = corrupt_record(tasks_key, error.code(), error.detail()) {
-        return corrupt;
+/// Maps a connection-layer error of `operation`. `tasks_key` names the hash a corrupt record
+/// was found in.
+pub(crate) fn map_error(operation: &'static str, tasks_key: &str, error: Error) -> StorageError {
+    match error {
+        Error::Command {
+            code: Some(code),
+            message,
+            ..
+        } if code == CORRUPT_CODE => corrupt_record(tasks_key, server_detail(&code, &message)),
+        Error::Command {
+            transient: true,
+            message,
+            ..
+        } => transient(operation, message),
+        Error::Unreachable { .. } => transient(operation, error.to_string()),
+        Error::ReplicasNotConfirmed {
+            wanted, confirmed, ..
+        } => StorageError::ReplicationTimeout {
+            operation,
+            wanted,
+            confirmed,
+        },
+        other => StorageError::Backend {
+            operation,
+            message: other.to_string(),
+        },
     }
-    classify(operation, &error)
 }
 
-/// The `CorruptRecord` carried by a script error reply, if it is one.
-pub(crate) fn corrupt_record(
-    tasks_key: &str,
-    code: Option<&str>,
-    detail: Option<&str>,
-) -> Option<StorageError> {
-    if code != Some(CORRUPT_CODE) {
-        return None;
+/// `ConnectionLost`, or `Timeout` when the message says nothing answered in time (redis-rs
+/// reports its response and connection timeouts as an I/O "timed out"; [`timed_out`] and the
+/// layer's start timeout say "no answer within").
+fn transient(operation: &'static str, message: String) -> StorageError {
+    if message.contains("timed out") || message.contains("no answer within") {
+        StorageError::Timeout { operation, message }
+    } else {
+        StorageError::ConnectionLost { operation, message }
     }
-    let detail = detail.unwrap_or_default();
+}
+
+/// The transient error of a call that got no answer within `limit`.
+pub(crate) fn timed_out(operation: &'static str, limit: std::time::Duration) -> Error {
+    Error::Command {
+        operation,
+        transient: true,
+        code: None,
+        message: format!("no answer within {limit:?}"),
+    }
+}
+
+/// The `CorruptRecord` carried by a script's `DELAYQ_CORRUPT` reply detail.
+fn corrupt_record(tasks_key: &str, detail: &str) -> StorageError {
     let (reason, field) = detail.split_once(FIELD_MARK).unwrap_or((detail, ""));
-    Some(StorageError::CorruptRecord {
+    StorageError::CorruptRecord {
         key: tasks_key.to_owned(),
         field: field.to_owned(),
         reason: reason.to_owned(),
-    })
+    }
+}
+
+/// What a script wrote after its error code: redis-rs shows a server error as
+/// `"CODE": detail` (the code quoted when Redis does not know it).
+fn server_detail<'a>(code: &str, message: &'a str) -> &'a str {
+    let quoted = format!("\"{code}\"");
+    [quoted.as_str(), code]
+        .iter()
+        .find_map(|shown| message.strip_prefix(shown))
+        .map(|rest| rest.trim_start_matches(':').trim_start())
+        .unwrap_or(message)
 }
 
 /// Whether a script refused a lease token.
-pub(crate) fn is_stale(error: &RedisError) -> bool {
-    error.code() == Some(STALE_CODE)
+pub(crate) fn is_stale(error: &Error) -> bool {
+    matches!(error, Error::Command { code: Some(code), .. } if code == STALE_CODE)
 }
 
-/// Whether the server did not know the script's SHA.
-pub(crate) fn is_noscript(code: &str) -> bool {
-    code == "NOSCRIPT"
-}
-
-fn classify(operation: &'static str, error: &RedisError) -> StorageError {
-    let message = error.to_string();
-    if error.is_timeout() {
-        return StorageError::Timeout { operation, message };
+/// A copy of a connection-layer error, for each item of a failed group.
+pub(crate) fn copy_error(error: &Error) -> Error {
+    match error {
+        Error::Command {
+            operation,
+            transient,
+            code,
+            message,
+        } => Error::Command {
+            operation,
+            transient: *transient,
+            code: code.clone(),
+            message: message.clone(),
+        },
+        Error::ReplicasNotConfirmed {
+            wanted,
+            confirmed,
+            timeout_ms,
+        } => Error::ReplicasNotConfirmed {
+            wanted: *wanted,
+            confirmed: *confirmed,
+            timeout_ms: *timeout_ms,
+        },
+        other => Error::Command {
+            operation: "redis",
+            transient: other.is_transient(),
+            code: None,
+            message: other.to_string(),
+        },
     }
-    let transient_server = matches!(
-        error.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::BusyLoading
-                | ServerErrorKind::MasterDown
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::TryAgain
-        )
-    );
-    if error.is_io_error() || error.is_connection_dropped() || transient_server {
-        return StorageError::ConnectionLost { operation, message };
-    }
-    StorageError::Backend { operation, message }
 }
 
 /// A reply of an unexpected shape: a bug or a foreign script under our SHA.
@@ -92,91 +140,122 @@ pub(crate) fn unexpected_reply(
     }
 }
 
-/// `url` with its password replaced by `***`, fit for messages and logs.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let authority_start = scheme_end + 3;
-    let authority_end = url[authority_start..]
-        .find('/')
-        .map_or(url.len(), |end| authority_start + end);
-    let Some(at) = url[authority_start..authority_end].rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &url[authority_start..authority_start + at];
-    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-    let shown_userinfo = if userinfo.contains(':') {
-        format!("{user}:***")
-    } else {
-        user.to_owned()
-    };
-    format!(
-        "{}{shown_userinfo}{}",
-        &url[..authority_start],
-        &url[authority_start + at..]
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn passwords_never_show() {
-        assert_eq!(
-            redact_url("redis://user:secret@host:6380/0"),
-            "redis://user:***@host:6380/0"
-        );
-        assert_eq!(
-            redact_url("rediss://:secret@host/1"),
-            "rediss://:***@host/1"
-        );
-        assert_eq!(redact_url("redis://user@host"), "redis://user@host");
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379/0"),
-            "redis://127.0.0.1:6379/0"
-        );
-        assert_eq!(redact_url("not a url"), "not a url");
+    /// The layer's error for a server error reply `-<code> <detail>`, as it builds it.
+    fn server_error(code: &str, detail: &str) -> Error {
+        let value = redis::parse_redis_value(format!("-{code} {detail}\r\n").as_bytes())
+            .expect("a RESP error reply");
+        let redis::Value::ServerError(error) = value else {
+            panic!("not an error reply: {value:?}");
+        };
+        let error = redis::RedisError::from(error);
+        Error::Command {
+            operation: "EVALSHA",
+            transient: delayq_redis::is_transient(&error),
+            code: error.code().map(str::to_owned),
+            message: error.to_string(),
+        }
     }
 
     #[test]
     fn corrupt_replies_name_key_and_field() {
-        let error = corrupt_record(
+        let error = map_error(
+            "get",
             "delayq:{q:0}:tasks",
-            Some(CORRUPT_CODE),
-            Some("unknown record version 9 (this release reads version 1) | field a | b"),
+            server_error(
+                CORRUPT_CODE,
+                "unknown record version 9 (this release reads version 1) | field a | b",
+            ),
         );
         match error {
-            Some(StorageError::CorruptRecord { key, field, reason }) => {
+            StorageError::CorruptRecord { key, field, reason } => {
                 assert_eq!(key, "delayq:{q:0}:tasks");
                 assert_eq!(field, "a | b");
                 assert!(reason.starts_with("unknown record version 9"), "{reason}");
             }
             other => panic!("{other:?}"),
         }
-        assert!(corrupt_record("k", Some("ERR"), Some("x")).is_none());
+        assert!(is_stale(&server_error(
+            STALE_CODE,
+            "the token no longer holds"
+        )));
+        assert!(!is_stale(&server_error("ERR", "x")));
     }
 
     #[test]
-    fn io_errors_are_connection_lost_and_timeouts_are_timeouts() {
-        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+    fn failover_states_are_transient_and_script_errors_are_not() {
+        for code in [
+            "READONLY",
+            "LOADING",
+            "MASTERDOWN",
+            "CLUSTERDOWN",
+            "TRYAGAIN",
+        ] {
+            let error = map_error("claim_due", "k", server_error(code, "not now"));
+            assert!(
+                matches!(error, StorageError::ConnectionLost { .. }),
+                "{code}: {error:?}"
+            );
+            assert!(error.is_transient());
+        }
+        for code in ["ERR", "NOPERM", "WRONGTYPE", "OOM"] {
+            let error = map_error("claim_due", "k", server_error(code, "no"));
+            assert!(
+                matches!(error, StorageError::Backend { .. }),
+                "{code}: {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn lost_connections_timeouts_and_unconfirmed_writes_are_typed() {
+        let layer = |error: redis::RedisError| Error::Command {
+            operation: "EVALSHA",
+            transient: delayq_redis::is_transient(&error),
+            code: None,
+            message: error.to_string(),
+        };
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         assert!(matches!(
-            classify("get", &refused),
+            map_error("get", "", layer(refused.into())),
             StorageError::ConnectionLost {
                 operation: "get",
                 ..
             }
         ));
-        let timed_out = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        let timed_out_io = std::io::Error::from(std::io::ErrorKind::TimedOut);
         assert!(matches!(
-            classify("get", &timed_out),
+            map_error("get", "", layer(timed_out_io.into())),
             StorageError::Timeout { .. }
         ));
-        let other = RedisError::from((ErrorKind::Client, "bad"));
         assert!(matches!(
-            classify("get", &other),
-            StorageError::Backend { .. }
+            map_error(
+                "ack",
+                "",
+                timed_out("ack", std::time::Duration::from_secs(1))
+            ),
+            StorageError::Timeout { .. }
         ));
+        let unconfirmed = Error::ReplicasNotConfirmed {
+            wanted: 2,
+            confirmed: 1,
+            timeout_ms: 100,
+        };
+        let error = map_error("schedule", "", copy_error(&unconfirmed));
+        assert!(
+            matches!(
+                error,
+                StorageError::ReplicationTimeout {
+                    operation: "schedule",
+                    wanted: 2,
+                    confirmed: 1
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.is_transient());
     }
 }

@@ -1,7 +1,8 @@
 //! The life of a claim: `claim_due`, `ack`, `fail`, `renew`, `requeue_expired`, and the
 //! read-only `peek_window` that feeds prefetching.
 
-use redis::{RedisError, Value};
+use delayq_redis::ScriptCall;
+use redis::Value;
 
 use crate::error::{StorageError, StorageResult};
 use crate::model::{
@@ -10,7 +11,7 @@ use crate::model::{
 };
 
 use super::connection::RedisStore;
-use super::error_map::{is_stale, map_error, unexpected_reply};
+use super::error_map::{copy_error, is_stale, map_error, unexpected_reply};
 use super::record::Record;
 use super::reply::{
     array, bytes, expect_array, expect_number, number, scored_pairs, task_id, text,
@@ -31,8 +32,7 @@ impl RedisStore {
     ) -> StorageResult<ClaimBatch> {
         const OPERATION: &str = "claim_due";
         let keys = self.keys(partition);
-        let mut invocation = SCRIPTS.claim_due.prepare_invoke();
-        invocation
+        let call = ScriptCall::new(&SCRIPTS.claim_due)
             .key(&keys.due)
             .key(&keys.tasks)
             .key(&keys.inflight)
@@ -44,7 +44,7 @@ impl RedisStore {
             .arg(owner)
             .arg(self.options.max_claim_bytes);
         let reply = self
-            .invoke(&invocation)
+            .invoke(&call)
             .await
             .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
         let mut values = expect_array(OPERATION, reply)?.into_iter();
@@ -92,15 +92,14 @@ impl RedisStore {
         let keys = self.keys(partition);
         // Reads only: retried like a read.
         let reply = self
-            .read(OPERATION, &keys.tasks, |mut connection| {
-                let mut invocation = SCRIPTS.recover_claim.prepare_invoke();
-                invocation
+            .read(OPERATION, &keys.tasks, |connection| {
+                let call = ScriptCall::new(&SCRIPTS.recover_claim)
                     .key(&keys.tasks)
                     .key(&keys.inflight)
                     .key(&keys.receipt)
                     .arg(owner)
                     .arg(lease_deadline_ms);
-                async move { invocation.invoke_async(&mut connection).await }
+                async move { connection.run_script(&call).await }
             })
             .await?;
         let values = expect_array(OPERATION, reply)?;
@@ -128,20 +127,17 @@ impl RedisStore {
         }
         let keys = self.keys(partition);
         let reply: Vec<Value> = self
-            .read(OPERATION, &keys.tasks, |mut connection| {
-                let due = keys.due.clone();
-                async move {
-                    redis::cmd("ZRANGEBYSCORE")
-                        .arg(due)
-                        .arg(from_ms)
-                        .arg(to_ms)
-                        .arg("WITHSCORES")
-                        .arg("LIMIT")
-                        .arg(0)
-                        .arg(limit)
-                        .query_async(&mut connection)
-                        .await
-                }
+            .read(OPERATION, &keys.tasks, |connection| {
+                let mut command = redis::cmd("ZRANGEBYSCORE");
+                command
+                    .arg(&keys.due)
+                    .arg(from_ms)
+                    .arg(to_ms)
+                    .arg("WITHSCORES")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit);
+                async move { connection.query(OPERATION, &command).await }
             })
             .await?;
         scored_pairs(reply)
@@ -153,9 +149,15 @@ impl RedisStore {
             .collect()
     }
 
+    /// Acks `token`, in one script call with the other acks of its partition in flight; with
+    /// `wait_replicas`, then waits for the replicas (see `replication.rs`).
     pub(crate) async fn complete(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
+        if let Some(settled) = self.confirm_ack(token, None).await {
+            return settled;
+        }
         let store = self.clone();
-        self.acks
+        let outcome = self
+            .acks
             .submit(
                 "ack",
                 token.partition.clone(),
@@ -165,7 +167,11 @@ impl RedisStore {
                     async move { store.ack_batch(&partition, tokens).await }
                 },
             )
-            .await
+            .await?;
+        match self.confirm_ack(token, Some(outcome)).await {
+            Some(settled) => settled,
+            None => Ok(outcome),
+        }
     }
 
     /// Acks tokens of one partition in one script call; one result per token.
@@ -176,24 +182,23 @@ impl RedisStore {
     ) -> Vec<StorageResult<AckOutcome>> {
         const OPERATION: &str = "ack";
         let keys = self.keys(partition);
-        let mut invocation = SCRIPTS.ack.prepare_invoke();
-        invocation
+        let mut call = ScriptCall::new(&SCRIPTS.ack)
             .key(&keys.tasks)
             .key(&keys.inflight)
             .key(&keys.done)
             .arg(self.options.executed_retention_ms);
         for token in &tokens {
-            invocation
+            call = call
                 .arg(token.id.as_str())
                 .arg(token.generation)
                 .arg(token.claim);
         }
-        let verdicts = match self.invoke(&invocation).await {
+        let verdicts = match self.invoke_on(&self.acker, &call).await {
             Ok(reply) => array(reply).filter(|verdicts| verdicts.len() == tokens.len()),
             Err(error) => {
                 return tokens
                     .iter()
-                    .map(|_| Err(map_error(OPERATION, &keys.tasks, error.clone())))
+                    .map(|_| Err(map_error(OPERATION, &keys.tasks, copy_error(&error))))
                     .collect()
             }
         };
@@ -238,8 +243,7 @@ impl RedisStore {
             FailAction::DeadLetter => ("dead", 0),
         };
         let keys = self.keys(&token.partition);
-        let mut invocation = SCRIPTS.fail.prepare_invoke();
-        invocation
+        let call = ScriptCall::new(&SCRIPTS.fail)
             .key(&keys.due)
             .key(&keys.tasks)
             .key(&keys.inflight)
@@ -251,7 +255,7 @@ impl RedisStore {
             .arg(action_arg)
             .arg(retry_at);
         let reply = self
-            .invoke(&invocation)
+            .invoke(&call)
             .await
             .map_err(|error| token_error(OPERATION, &keys.tasks, token, error))?;
         let mut values = expect_array(OPERATION, reply)?.into_iter();
@@ -280,15 +284,14 @@ impl RedisStore {
         lease_deadline_ms: u64,
     ) -> StorageResult<()> {
         let keys = self.keys(&token.partition);
-        let mut invocation = SCRIPTS.renew.prepare_invoke();
-        invocation
+        let call = ScriptCall::new(&SCRIPTS.renew)
             .key(&keys.tasks)
             .key(&keys.inflight)
             .arg(token.id.as_str())
             .arg(token.generation)
             .arg(token.claim)
             .arg(lease_deadline_ms);
-        self.invoke(&invocation)
+        self.invoke(&call)
             .await
             .map_err(|error| token_error("renew", &keys.tasks, token, error))?;
         Ok(())
@@ -305,15 +308,14 @@ impl RedisStore {
             return Ok(Vec::new());
         }
         let keys = self.keys(partition);
-        let mut invocation = SCRIPTS.requeue_expired.prepare_invoke();
-        invocation
+        let call = ScriptCall::new(&SCRIPTS.requeue_expired)
             .key(&keys.due)
             .key(&keys.tasks)
             .key(&keys.inflight)
             .arg(now_ms)
             .arg(limit);
         let reply = self
-            .invoke(&invocation)
+            .invoke(&call)
             .await
             .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
         let ids = expect_array(OPERATION, reply)?
@@ -394,7 +396,7 @@ fn token_error(
     operation: &'static str,
     tasks_key: &str,
     token: &LeaseToken,
-    error: RedisError,
+    error: delayq_redis::Error,
 ) -> StorageError {
     if is_stale(&error) {
         StorageError::StaleLease {

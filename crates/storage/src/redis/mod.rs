@@ -1,4 +1,5 @@
-//! The Redis backend: [`RedisStore`].
+//! The Redis backend: [`RedisStore`], on one server, a Redis Cluster or a Sentinel-watched
+//! master (with TLS and ACL users), through delayq's connection layer `delayq-redis`.
 //!
 //! # Layout
 //! Each queue partition is five keys sharing the hash tag `{<queue>:<index>}` (one Redis
@@ -15,7 +16,16 @@
 //! ```
 //!
 //! Every change is one Lua script (`lua/*.lua`, each with its `KEYS`/`ARGV`/reply contract on
-//! top), called by SHA; every key it touches arrives through `KEYS`.
+//! top), called by SHA; every key it touches arrives through `KEYS`, and all of them share one
+//! slot.
+//!
+//! # Topologies
+//! On a Redis Cluster each script call goes to the master of its partition's slot, so the
+//! partitions of one queue spread over every master; a script a new master lacks (`NOSCRIPT`)
+//! is loaded again there by the connection layer. `schedule_many` groups its items by slot
+//! and sends the groups in parallel. A claim never takes a task before its due on the
+//! claiming shard's own `TIME` (`claim_due.lua`). On Sentinel the master is asked of the
+//! sentinels again on any sign of a failover, and nothing is written to a demoted master.
 //!
 //! # Record
 //! The `tasks` hash holds a versioned text header and the payload:
@@ -43,14 +53,24 @@
 //! # Batching
 //! Concurrent `ack`s of one partition, and concurrent single `schedule`s of one partition,
 //! share one script call (see `batch.rs`): most of a small script's cost in Redis is the call
-//! itself. `schedule_many` sends pipelines of multi-item calls.
+//! itself. `schedule_many` sends multi-item calls, one per partition, grouped by slot.
+//!
+//! # Waiting for replicas
+//! With [`RedisStoreOptions::wait_replicas`], `schedule`, `schedule_many`, `cancel` and
+//! `ack` return only after `WAIT` on the master that took the write saw that many replicas
+//! acknowledge it (see `replication.rs`). When fewer do within the timeout, the call fails
+//! with [`StorageError::ReplicationTimeout`](crate::StorageError::ReplicationTimeout) after
+//! about that timeout: the write is on the master, but a failover now could lose it. The error
+//! is transient: a producer may schedule again (an upsert), and an `ack` retried with the
+//! same token only waits for the replicas again and then reports the first outcome.
 //!
 //! # Failures
-//! Reads (`get`, `stats`, `peek_window`, `queues`, `list_dead`, and `register_queue`, which
-//! is idempotent) are retried twice after a transient failure; state-changing scripts are
-//! not (their fate is unknown after a lost connection, and the error says so). Every call is
-//! bounded by `response_timeout + connect_timeout`, which also covers waiting for a
-//! reconnection.
+//! `READONLY`, `LOADING`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`, a lost connection and a
+//! timeout are transient (`ConnectionLost` or `Timeout`); commands the server refused before
+//! running them are sent again by the connection layer while the topology changes. Reads
+//! (`get`, `stats`, `peek_window`, `queues`, `list_dead`, and `register_queue`, which is
+//! idempotent) are retried twice after a transient failure; state-changing scripts are not
+//! (their fate is unknown after a lost connection, and the error says so).
 
 mod admin;
 mod batch;
@@ -60,6 +80,7 @@ mod keys;
 mod lease;
 mod record;
 mod registry;
+mod replication;
 mod reply;
 mod schedule;
 mod scripts;
@@ -69,46 +90,72 @@ mod tests;
 
 use std::time::Duration;
 
+use delayq_redis::{ConnectOptions, Topology};
+
 use crate::model::StoreOptions;
 
 pub use connection::RedisStore;
 
 /// How to reach Redis, and the store's limits.
-#[derive(Clone)]
+///
+/// ```
+/// use std::time::Duration;
+/// use delayq_storage::{RedisStoreOptions, WaitReplicas};
+/// use delayq_redis::{ConnectOptions, Topology};
+///
+/// // One server, defaults otherwise.
+/// let one = RedisStoreOptions::standalone("redis://127.0.0.1:6379/0");
+/// assert_eq!(one.key_prefix, "delayq");
+///
+/// // A 3-master Redis Cluster; writes wait for one replica for at most 100 ms.
+/// let cluster = RedisStoreOptions {
+///     redis: ConnectOptions::new(Topology::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"])),
+///     wait_replicas: Some(WaitReplicas { replicas: 1, timeout: Duration::from_millis(100) }),
+///     ..RedisStoreOptions::standalone("")
+/// };
+/// # let _ = cluster;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisStoreOptions {
-    /// `redis://[user:password@]host:port/db`, or `rediss://` for TLS.
-    pub url: String,
-    /// The first part of every key (`<prefix>:{queue:p}:due`, `<prefix>:queues`).
+    /// The topology (one server, a cluster, a Sentinel master), TLS files and timeouts: see
+    /// `delayq_redis::ConnectOptions`. `timeouts.start` bounds [`RedisStore::connect`].
+    pub redis: ConnectOptions,
+    /// The first part of every key (`<prefix>:{queue:p}:due`, `<prefix>:{cluster}:queues`).
     pub key_prefix: String,
     /// Payload limit and executed retention.
     pub store: StoreOptions,
-    /// How long to wait for one reply (redis-rs's own default is 500 ms; ours is 2 s, so a
-    /// claim of a large batch on a busy server does not time out).
-    pub response_timeout: Duration,
-    /// How long to wait for a connection to be established.
-    pub connect_timeout: Duration,
+    /// Replicas that must confirm `schedule`, `schedule_many`, `cancel` and `ack` before they
+    /// return; `None` (the default) waits for none.
+    pub wait_replicas: Option<WaitReplicas>,
 }
 
-impl Default for RedisStoreOptions {
-    fn default() -> Self {
+/// `redis.wait_replicas` and `redis.wait_timeout`: how many replicas must confirm a write
+/// (`WAIT`), and for how long to wait for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitReplicas {
+    /// Replicas of the written master that must acknowledge the write (0: none).
+    pub replicas: u32,
+    /// How long `WAIT` may take; it must be above zero and below the response timeout
+    /// (`redis.timeouts.response`).
+    pub timeout: Duration,
+}
+
+impl RedisStoreOptions {
+    /// One server at `url` (`redis://[user:password@]host:port/db`, or `rediss://`), the
+    /// `delayq` prefix, default limits and timeouts, no waiting for replicas.
+    pub fn standalone(url: impl Into<String>) -> Self {
         RedisStoreOptions {
-            url: "redis://127.0.0.1:6379/0".to_owned(),
+            redis: ConnectOptions::new(Topology::standalone(url)),
             key_prefix: "delayq".to_owned(),
             store: StoreOptions::default(),
-            response_timeout: Duration::from_secs(2),
-            connect_timeout: Duration::from_secs(2),
+            wait_replicas: None,
         }
     }
 }
 
-impl std::fmt::Debug for RedisStoreOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisStoreOptions")
-            .field("url", &error_map::redact_url(&self.url))
-            .field("key_prefix", &self.key_prefix)
-            .field("store", &self.store)
-            .field("response_timeout", &self.response_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .finish()
+impl Default for RedisStoreOptions {
+    /// [`RedisStoreOptions::standalone`] at `redis://127.0.0.1:6379/0`.
+    fn default() -> Self {
+        RedisStoreOptions::standalone("redis://127.0.0.1:6379/0")
     }
 }

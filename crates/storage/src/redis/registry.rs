@@ -3,7 +3,9 @@
 //! It lives in the coordinator's `{cluster}` slot, so every key delayq writes carries a hash
 //! tag. Releases before that kept it in `<prefix>:queues`; each process merges that old hash
 //! into the new one once (`HSETNX`, so a count already recorded wins), before its first use of
-//! the registry, and leaves it in place for nodes of the old release still running.
+//! the registry, and leaves it in place for nodes of the old release still running. The old
+//! key has no hash tag: on a cluster it is read from whichever master serves its own slot
+//! (the connection layer routes every command by its key).
 //!
 //! One bad entry (a name that is not a queue name, a count that is not a number in
 //! `1..=65536`, both only writable by outside tooling) is logged once per process and skipped:
@@ -12,7 +14,6 @@
 use std::collections::HashSet;
 
 use parking_lot::Mutex;
-use redis::AsyncCommands;
 use tokio::sync::OnceCell;
 
 use crate::error::{StorageError, StorageResult};
@@ -45,11 +46,14 @@ impl RedisStore {
         let key = registry_key(&self.prefix);
         // HSETNX then HGET: both idempotent, so the pair may be retried as a read.
         let recorded: Option<Vec<u8>> = self
-            .read(OPERATION, &key, |mut connection| {
-                let key = key.clone();
+            .read(OPERATION, &key, |connection| {
+                let mut set = redis::cmd("HSETNX");
+                set.arg(&key).arg(queue.as_str()).arg(partitions);
+                let mut get = redis::cmd("HGET");
+                get.arg(&key).arg(queue.as_str());
                 async move {
-                    let _: bool = connection.hset_nx(&key, queue.as_str(), partitions).await?;
-                    connection.hget(&key, queue.as_str()).await
+                    let _: bool = connection.query(OPERATION, &set).await?;
+                    connection.query(OPERATION, &get).await
                 }
             })
             .await?;
@@ -86,9 +90,10 @@ impl RedisStore {
     }
 
     async fn registry_entries(&self, key: &str) -> StorageResult<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.read("queues", key, |mut connection| {
-            let key = key.to_owned();
-            async move { connection.hgetall(&key).await }
+        self.read("queues", key, |connection| {
+            let mut command = redis::cmd("HGETALL");
+            command.arg(key);
+            async move { connection.query("queues", &command).await }
         })
         .await
     }
@@ -110,9 +115,9 @@ impl RedisStore {
                     pipe.hset_nx(&key, name, count).ignore();
                 }
                 // HSETNX is idempotent: retried as a read.
-                self.read("queues", &key, |mut connection| {
+                self.read("queues", &key, |connection| {
                     let pipe = pipe.clone();
-                    async move { pipe.query_async::<()>(&mut connection).await }
+                    async move { connection.query_pipeline::<()>("queues", &pipe).await }
                 })
                 .await?;
                 tracing::info!(from = %legacy, to = %key, queues = entries.len(), "merged the queue registry of an earlier release");

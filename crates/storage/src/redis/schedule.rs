@@ -1,36 +1,41 @@
 //! `schedule` and `schedule_many`: one script, `lua/schedule.lua`, that takes any number of
-//! items of one partition.
+//! items of one partition, on the producers' connection.
 //!
 //! `schedule_many` validates every item first (an invalid one fails alone, before anything is
-//! sent), then cuts the rest into pipelines of at most [`PIPELINE_ITEMS`] items (and about
-//! [`PIPELINE_BYTES`] of payload). In each pipeline the items are grouped by partition and each
-//! group is one EVALSHA, so a script call amortises its overhead over many items. A few
-//! pipelines are in flight at once on the multiplexed connection. NOSCRIPT replies (Redis
-//! restarted or flushed its script cache) make us load the script and resend just those
-//! calls, which did not run. When a pipeline fails on the connection, its items carry the
-//! error (their fate is unknown) and the pipelines not yet sent carry it too.
+//! sent), then cuts the rest into rounds of at most [`PIPELINE_ITEMS`] items (and about
+//! [`PIPELINE_BYTES`] of payload). In each round the items are grouped by partition and each
+//! group is one script call, so a call amortises its overhead over many items; the connection
+//! layer sends the calls of one slot in one pipeline to its master, and the slots in parallel
+//! (`run_scripts`), reloading a script a master lost (`NOSCRIPT`) and resending just those
+//! calls. A few rounds are in flight at once. When a round fails on the connection, its items
+//! carry the error (their fate is unknown) and the rounds not yet sent carry it too. With
+//! `wait_replicas`, each round's items are reported once the replicas of their masters
+//! confirmed them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use delayq_redis::ScriptCall;
+use futures::future::join_all;
 use futures::stream::{self, StreamExt};
-use redis::{Cmd, RedisError, Value};
+use redis::Value;
 
 use crate::error::{StorageError, StorageResult};
 use crate::model::{validate_due, NewTask, Partition, ScheduleMode, ScheduleOutcome, TaskId};
 use crate::store::ItemResult;
 
 use super::connection::{within, RedisStore};
-use super::error_map::{is_noscript, map_error, unexpected_reply};
+use super::error_map::{copy_error, map_error, unexpected_reply};
 use super::keys::PartitionKeys;
+use super::replication::Writer;
 use super::reply::{array, text};
 use super::scripts::SCRIPTS;
 
-/// The most items in one pipeline.
+/// The most items in one round.
 pub(crate) const PIPELINE_ITEMS: usize = 1_000;
-/// Roughly the most payload bytes in one pipeline (a single larger item goes alone).
+/// Roughly the most payload bytes in one round (a single larger item goes alone).
 pub(crate) const PIPELINE_BYTES: usize = 8 * 1024 * 1024;
-/// Pipelines in flight at once: enough to overlap our encoding with Redis's work.
+/// Rounds in flight at once: enough to overlap our encoding with Redis's work.
 const PIPELINES_IN_FLIGHT: usize = 4;
 
 const OPERATION: &str = "schedule_many";
@@ -77,6 +82,7 @@ impl RedisStore {
     }
 
     /// Schedules validated tasks of one partition in one script call; one result per task.
+    /// With `wait_replicas`, the stored ones are reported once the replicas confirmed them.
     async fn schedule_call(
         &self,
         partition: &Partition,
@@ -85,22 +91,9 @@ impl RedisStore {
     ) -> Vec<ItemResult> {
         const OPERATION: &str = "schedule";
         let keys = self.keys(partition);
-        let mut invocation = SCRIPTS.schedule.prepare_invoke();
-        invocation
-            .key(&keys.due)
-            .key(&keys.tasks)
-            .key(&keys.inflight)
-            .key(&keys.done)
-            .key(&keys.dead)
-            .arg(mode_arg(mode))
-            .arg(self.options.executed_retention_ms);
-        for task in &tasks {
-            invocation
-                .arg(task.id.as_str())
-                .arg(task.due_ms)
-                .arg(task.payload.as_ref());
-        }
-        let outcomes = match self.invoke_for_producer(&invocation).await {
+        let members: Vec<&NewTask> = tasks.iter().collect();
+        let call = schedule_call(&keys, &members, mode, self.options.executed_retention_ms);
+        let outcomes = match self.invoke_on(&self.producer, &call).await {
             Ok(reply) => parse_outcomes(
                 OPERATION,
                 &keys.tasks,
@@ -110,16 +103,20 @@ impl RedisStore {
             Err(error) => {
                 return tasks
                     .iter()
-                    .map(|_| Err(map_error(OPERATION, &keys.tasks, error.clone())))
+                    .map(|_| Err(map_error(OPERATION, &keys.tasks, copy_error(&error))))
                     .collect()
             }
         };
-        outcomes.unwrap_or_else(|_| {
+        let outcomes = outcomes.unwrap_or_else(|_| {
             tasks
                 .iter()
                 .map(|_| Err(unexpected_reply(OPERATION, "not one verdict per task")))
                 .collect()
-        })
+        });
+        match self.confirm(Writer::Producer, partition, OPERATION).await {
+            Ok(()) => outcomes,
+            Err(error) => unconfirmed(outcomes, &error),
+        }
     }
 
     pub(crate) async fn schedule_batch(
@@ -142,7 +139,7 @@ impl RedisStore {
         let connection_failed = AtomicBool::new(false);
         let items = &items;
         let connection_failed = &connection_failed;
-        let mut sent = stream::iter(pipelines(items, &valid))
+        let mut sent = stream::iter(rounds(items, &valid))
             .map(|pipeline| async move {
                 if connection_failed.load(Ordering::Relaxed) {
                     let outcomes = pipeline
@@ -151,10 +148,16 @@ impl RedisStore {
                         .collect();
                     return outcomes;
                 }
-                let outcomes = self.send_pipeline(items, &pipeline, mode).await;
+                let outcomes = self.send_round(items, &pipeline, mode).await;
+                let lost = |error: &StorageError| {
+                    matches!(
+                        error,
+                        StorageError::ConnectionLost { .. } | StorageError::Timeout { .. }
+                    )
+                };
                 if outcomes
                     .iter()
-                    .any(|(_, outcome)| matches!(outcome, Err(error) if error.is_transient()))
+                    .any(|(_, outcome)| matches!(outcome, Err(error) if lost(error)))
                 {
                     connection_failed.store(true, Ordering::Relaxed);
                 }
@@ -174,140 +177,165 @@ impl RedisStore {
             .collect())
     }
 
-    /// Sends one pipeline: one EVALSHA per partition group. Returns an outcome per item.
-    async fn send_pipeline(
+    /// Sends one round: one script call per partition group, grouped by slot by the
+    /// connection layer. Returns an outcome per item.
+    async fn send_round(
         &self,
         items: &[(Partition, NewTask)],
         pipeline: &[usize],
         mode: ScheduleMode,
     ) -> Vec<(usize, ItemResult)> {
         let mut group_of: HashMap<&Partition, usize> = HashMap::new();
-        let mut groups: Vec<(PartitionKeys, Vec<usize>)> = Vec::new();
+        let mut groups: Vec<(&Partition, PartitionKeys, Vec<usize>)> = Vec::new();
         for &index in pipeline {
             let partition = &items[index].0;
             let group = *group_of.entry(partition).or_insert_with(|| {
-                groups.push((self.keys(partition), Vec::new()));
+                groups.push((partition, self.keys(partition), Vec::new()));
                 groups.len() - 1
             });
-            groups[group].1.push(index);
+            groups[group].2.push(index);
+        }
+        let retention = self.options.executed_retention_ms;
+        let calls: Vec<ScriptCall<'_>> = groups
+            .iter()
+            .map(|(_, keys, members)| {
+                let tasks: Vec<&NewTask> = members.iter().map(|&index| &items[index].1).collect();
+                schedule_call(keys, &tasks, mode, retention)
+            })
+            .collect();
+        let replies = match within(self.deadline, async {
+            Ok(self.producer.run_scripts(&calls).await)
+        })
+        .await
+        {
+            Ok(replies) if replies.len() == calls.len() => replies,
+            Ok(_) => {
+                let mismatch = || unexpected_reply(OPERATION, "not one reply per script call");
+                return groups
+                    .iter()
+                    .flat_map(|(_, _, members)| {
+                        members.iter().map(move |&index| (index, Err(mismatch())))
+                    })
+                    .collect();
+            }
+            Err(error) => {
+                return groups
+                    .iter()
+                    .flat_map(|(_, keys, members)| {
+                        let error = &error;
+                        members.iter().map(move |&index| {
+                            (
+                                index,
+                                Err(map_error(OPERATION, &keys.tasks, copy_error(error))),
+                            )
+                        })
+                    })
+                    .collect();
+            }
+        };
+
+        let mut per_group: Vec<Vec<ItemResult>> = Vec::with_capacity(groups.len());
+        for ((_, keys, members), reply) in groups.iter().zip(replies) {
+            let results = match reply {
+                Ok(reply) => {
+                    let ids = members.iter().map(|&index| &items[index].1.id);
+                    parse_outcomes(OPERATION, &keys.tasks, reply, ids).unwrap_or_else(|_| {
+                        members
+                            .iter()
+                            .map(|_| Err(unexpected_reply(OPERATION, "malformed schedule reply")))
+                            .collect()
+                    })
+                }
+                Err(error) => members
+                    .iter()
+                    .map(|_| Err(map_error(OPERATION, &keys.tasks, copy_error(&error))))
+                    .collect(),
+            };
+            per_group.push(results);
         }
 
+        // With wait_replicas: one WAIT per master (per slot on a cluster) that took writes.
+        let confirmations = join_all(groups.iter().zip(&per_group).map(
+            |((partition, _, _), results)| async move {
+                if results.iter().any(Result::is_ok) {
+                    self.confirm(Writer::Producer, partition, OPERATION).await
+                } else {
+                    Ok(())
+                }
+            },
+        ))
+        .await;
         let mut outcomes = Vec::with_capacity(pipeline.len());
-        let mut to_send: Vec<usize> = (0..groups.len()).collect();
-        let mut reloaded = false;
-        while !to_send.is_empty() {
-            let mut commands = redis::pipe();
-            commands.ignore_errors();
-            for &group in &to_send {
-                let (keys, members) = &groups[group];
-                commands.add_command(schedule_command(keys, items, members, mode, self));
-            }
-            let mut connection = self.producer.clone();
-            let replies: Vec<Value> =
-                match within(self.deadline, commands.query_async(&mut connection)).await {
-                    Ok(replies) => replies,
-                    Err(error) => {
-                        fail_groups(&mut outcomes, &groups, &to_send, &error);
-                        return outcomes;
-                    }
-                };
-            if replies.len() != to_send.len() {
-                let error =
-                    RedisError::from((redis::ErrorKind::Client, "pipeline reply count mismatch"));
-                fail_groups(&mut outcomes, &groups, &to_send, &error);
-                return outcomes;
-            }
-            let mut again = Vec::new();
-            for (&group, reply) in to_send.iter().zip(replies) {
-                let (keys, members) = &groups[group];
-                match reply {
-                    Value::ServerError(error) if is_noscript(error.code()) && !reloaded => {
-                        again.push(group);
-                    }
-                    Value::ServerError(error) => {
-                        let error = RedisError::from(error);
-                        fail_groups(&mut outcomes, &groups, &[group], &error);
-                    }
-                    reply => {
-                        let ids = members.iter().map(|&index| &items[index].1.id);
-                        match parse_outcomes(OPERATION, &keys.tasks, reply, ids) {
-                            Ok(results) => outcomes.extend(members.iter().copied().zip(results)),
-                            Err(_) => {
-                                for &index in members {
-                                    outcomes.push((
-                                        index,
-                                        Err(unexpected_reply(
-                                            OPERATION,
-                                            "malformed schedule reply",
-                                        )),
-                                    ));
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-            if !again.is_empty() {
-                tracing::info!(
-                    groups = again.len(),
-                    "Redis lost its scripts (restart or SCRIPT FLUSH); loading them again"
-                );
-                reloaded = true;
-                let mut connection = self.producer.clone();
-                if let Err(error) =
-                    within(self.deadline, SCRIPTS.schedule.load_async(&mut connection)).await
-                {
-                    fail_groups(&mut outcomes, &groups, &again, &error);
-                    again.clear();
-                }
-            }
-            to_send = again;
+        for (((_, _, members), results), confirmation) in
+            groups.iter().zip(per_group).zip(confirmations)
+        {
+            let results = match confirmation {
+                Ok(()) => results,
+                Err(error) => unconfirmed(results, &error),
+            };
+            outcomes.extend(members.iter().copied().zip(results));
         }
         outcomes
     }
 }
 
-/// `EVALSHA <schedule> 5 <keys> <mode> <retention> (<id> <due> <payload>)...`
-fn schedule_command(
+/// `schedule.lua` on `keys` with `mode`, retention, then `(<id> <due> <payload>)...`.
+fn schedule_call<'a>(
     keys: &PartitionKeys,
-    items: &[(Partition, NewTask)],
-    members: &[usize],
+    tasks: &[&NewTask],
     mode: ScheduleMode,
-    store: &RedisStore,
-) -> Cmd {
-    let mut command = redis::cmd("EVALSHA");
-    command
-        .arg(SCRIPTS.schedule.get_hash())
-        .arg(5)
-        .arg(&keys.due)
-        .arg(&keys.tasks)
-        .arg(&keys.inflight)
-        .arg(&keys.done)
-        .arg(&keys.dead)
+    retention_ms: u64,
+) -> ScriptCall<'a> {
+    let mut call = ScriptCall::new(&SCRIPTS.schedule)
+        .key(&keys.due)
+        .key(&keys.tasks)
+        .key(&keys.inflight)
+        .key(&keys.done)
+        .key(&keys.dead)
         .arg(mode_arg(mode))
-        .arg(store.options.executed_retention_ms);
-    for &index in members {
-        let task = &items[index].1;
-        command
+        .arg(retention_ms);
+    for task in tasks {
+        call = call
             .arg(task.id.as_str())
             .arg(task.due_ms)
             .arg(task.payload.as_ref());
     }
-    command
+    call
 }
 
-/// Every item of `groups` gets its own copy of `error`.
-fn fail_groups(
-    outcomes: &mut Vec<(usize, ItemResult)>,
-    groups: &[(PartitionKeys, Vec<usize>)],
-    which: &[usize],
-    error: &RedisError,
-) {
-    for &group in which {
-        let (keys, members) = &groups[group];
-        for &index in members {
-            outcomes.push((index, Err(map_error(OPERATION, &keys.tasks, error.clone()))));
-        }
+/// The stored items of `results` fail with a copy of `error` (too few replicas confirmed
+/// them); the others keep their own error.
+fn unconfirmed(results: Vec<ItemResult>, error: &StorageError) -> Vec<ItemResult> {
+    results
+        .into_iter()
+        .map(|result| result.and_then(|_| Err(copy_storage_error(error))))
+        .collect()
+}
+
+/// A copy of an error of `confirm` (only transient kinds and `Backend` come from it).
+fn copy_storage_error(error: &StorageError) -> StorageError {
+    match error {
+        StorageError::ReplicationTimeout {
+            operation,
+            wanted,
+            confirmed,
+        } => StorageError::ReplicationTimeout {
+            operation,
+            wanted: *wanted,
+            confirmed: *confirmed,
+        },
+        StorageError::Timeout { operation, message } => StorageError::Timeout {
+            operation,
+            message: message.clone(),
+        },
+        StorageError::ConnectionLost { operation, message } => StorageError::ConnectionLost {
+            operation,
+            message: message.clone(),
+        },
+        other => StorageError::Backend {
+            operation: OPERATION,
+            message: other.to_string(),
+        },
     }
 }
 
@@ -318,8 +346,8 @@ fn not_sent() -> StorageError {
     }
 }
 
-/// Cuts the valid items into pipelines by count and payload size, keeping their order.
-fn pipelines(items: &[(Partition, NewTask)], valid: &[usize]) -> Vec<Vec<usize>> {
+/// Cuts the valid items into rounds by count and payload size, keeping their order.
+fn rounds(items: &[(Partition, NewTask)], valid: &[usize]) -> Vec<Vec<usize>> {
     let mut pipelines = Vec::new();
     let mut current = Vec::new();
     let mut bytes = 0;

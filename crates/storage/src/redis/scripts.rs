@@ -1,18 +1,19 @@
-//! The Lua scripts, loaded once per process and invoked by SHA.
+//! The Lua scripts, hashed once per process and invoked by SHA.
 //!
 //! Each `lua/<name>.lua` documents its `KEYS`/`ARGV`/reply on top. Shared code lives in three
 //! parts put in front of the scripts that use them: `record.lua` (the record codec),
 //! `lease.lua` (the token check) and `util.lua` (clock, bulk calls). Each script gets only the
 //! parts it needs, because Redis runs a script's top level, function definitions included, on
 //! every call (about 0.3 µs per function; caching them in globals is not allowed).
-//! Single calls go through [`redis::Script`] (EVALSHA, and on NOSCRIPT a SCRIPT LOAD and one
-//! more try); pipelined calls cannot rely on that, so [`connect`](super::RedisStore::connect)
-//! loads every script up front and `schedule_many` reloads on NOSCRIPT (after a Redis restart
-//! or `SCRIPT FLUSH`) and resends what did not run.
+//! Calls go through `delayq_redis::ScriptCall`: to the master of `KEYS[1]`'s slot, and on
+//! `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a newly promoted master) the connection layer loads
+//! the script there and sends again what did not run, for single calls and pipelines alike.
+//! [`connect`](super::RedisStore::connect) loads them all up front, which also checks that
+//! the ACL user may run them.
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use delayq_redis::Script;
 
 /// The record codec (Lua half).
 pub(crate) const RECORD: &str = include_str!("../../lua/record.lua");

@@ -20,12 +20,9 @@ async fn start() -> (delayq_testkit::RedisServer, RedisStore, Partition) {
     let server = tokio::task::spawn_blocking(delayq_testkit::RedisServer::start)
         .await
         .expect("start redis-server");
-    let store = RedisStore::connect(RedisStoreOptions {
-        url: server.url(),
-        ..Default::default()
-    })
-    .await
-    .expect("connect");
+    let store = RedisStore::connect(RedisStoreOptions::standalone(server.url()))
+        .await
+        .expect("connect");
     let queue = QueueName::new("q").expect("valid");
     store.register_queue(&queue, 1).await.expect("register");
     (server, store, Partition::new(queue, 0))
