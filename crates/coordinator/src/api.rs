@@ -149,7 +149,8 @@ impl NodeInfo {
 }
 
 /// A nudge to the owner of a partition: a task due at `due_ms` was just scheduled there, and
-/// may be due before the owner's next periodic pull.
+/// may be due before the owner's next periodic pull. (A coordinator also sends one due now
+/// to itself when it may have missed some, see [`Coordinator::listen`].)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wakeup {
     /// The queue.
@@ -190,7 +191,7 @@ impl Default for CoordinatorConfig {
     }
 }
 
-/// A node's view of the cluster: who is alive, what time it is, and a channel to wake the
+/// A node's view of the cluster: who is alive, what time it is, and channels to wake the
 /// owner of a partition.
 ///
 /// A joined coordinator heartbeats in the background until [`Coordinator::leave`] (or until
@@ -221,8 +222,20 @@ pub trait Coordinator: Send + Sync + 'static {
     /// observer.
     fn wakeup_stats(&self) -> Option<WakeupStats>;
 
-    /// Sends a wake-up to `node` (best effort: the periodic pull is the safety net).
-    async fn wake(&self, node: &NodeId, wakeup: Wakeup) -> CoordinatorResult<()>;
+    /// Sets the partitions whose wake-ups this node receives, `(queue, partition)`,
+    /// replacing the previous set: the engine calls it after every rebalance with the
+    /// partitions it owns. Returns at once; the subscriptions follow in the background
+    /// ([`WakeupStats::listening`] counts the confirmed ones) and are kept through
+    /// reconnections, failovers and slot moves. After a subscription was restored, the
+    /// node gets a wake-up due now for that partition (wake-ups sent meanwhile were lost).
+    /// An observer ignores it.
+    fn listen(&self, partitions: Vec<(String, u32)>);
+
+    /// Sends a wake-up to whoever listens to its partition (best effort: the periodic pull is
+    /// the safety net). When nobody does (a queue created a moment ago, an ownership change
+    /// under way), it goes to the partition's owner by the current membership instead, which
+    /// adopts the partition if it should own it.
+    async fn wake(&self, wakeup: Wakeup) -> CoordinatorResult<()>;
 
     /// The registered nodes with their info, sorted by id.
     async fn nodes(&self) -> CoordinatorResult<Vec<NodeInfo>>;

@@ -14,7 +14,7 @@
 //! membership, nor grow memory without bound.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -41,9 +41,12 @@ pub struct WakeupStats {
     pub dropped: u64,
     /// Wake-ups handed to the receiver.
     pub delivered: u64,
-    /// Payloads rejected on arrival because they were not wake-ups (not counted in
-    /// `received`).
+    /// Payloads rejected on arrival because they were not wake-ups, or named another
+    /// partition than the channel they came on (not counted in `received`).
     pub malformed: u64,
+    /// The partitions whose wake-up channel this node is subscribed to now (the ones last
+    /// given to [`crate::Coordinator::listen`], once their subscription is confirmed).
+    pub listening: usize,
 }
 
 type Key = (String, u32);
@@ -68,6 +71,7 @@ struct Mailbox {
     dropped: AtomicU64,
     delivered: AtomicU64,
     malformed: AtomicU64,
+    listening: AtomicUsize,
 }
 
 impl Mailbox {
@@ -80,6 +84,7 @@ impl Mailbox {
             dropped: self.dropped.load(Ordering::Relaxed),
             delivered: self.delivered.load(Ordering::Relaxed),
             malformed: self.malformed.load(Ordering::Relaxed),
+            listening: self.listening.load(Ordering::Relaxed),
         }
     }
 }
@@ -97,6 +102,7 @@ pub(crate) fn wakeup_mailbox(capacity: usize) -> (WakeupSender, WakeupReceiver) 
         dropped: AtomicU64::new(0),
         delivered: AtomicU64::new(0),
         malformed: AtomicU64::new(0),
+        listening: AtomicUsize::new(0),
     });
     (
         WakeupSender {
@@ -177,6 +183,11 @@ impl WakeupSender {
     /// Counts a payload that was not a wake-up.
     pub(crate) fn reject_malformed(&self) {
         self.mailbox.malformed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records how many partitions' wake-up channels are subscribed now.
+    pub(crate) fn set_listening(&self, partitions: usize) {
+        self.mailbox.listening.store(partitions, Ordering::Relaxed);
     }
 
     /// A handle on the counters.

@@ -13,6 +13,7 @@ use delayq_coordinator::{
     owner, Coordinator, CoordinatorConfig, CoordinatorError, NodeId, QueueFilter, RedisCoordinator,
     SystemClock, Wakeup, WAKEUP_CAPACITY,
 };
+use delayq_redis::{ConnectOptions, Topology};
 use delayq_testkit::RedisServer;
 
 struct Redis {
@@ -25,13 +26,17 @@ impl Redis {
             server: RedisServer::start(),
         }
     }
+
+    fn options(&self) -> ConnectOptions {
+        ConnectOptions::new(Topology::standalone(self.server.url()))
+    }
 }
 
 #[async_trait]
 impl TestCluster for Redis {
     async fn join(&self, name: &str, period_ms: u64, ttl_ms: u64) -> Arc<dyn Coordinator> {
         RedisCoordinator::join(
-            &self.server.url(),
+            self.options(),
             config(name, period_ms, ttl_ms),
             Arc::new(SystemClock),
         )
@@ -41,7 +46,7 @@ impl TestCluster for Redis {
 
     async fn observe(&self, name: &str, period_ms: u64, ttl_ms: u64) -> Arc<dyn Coordinator> {
         RedisCoordinator::observe(
-            &self.server.url(),
+            self.options(),
             config(name, period_ms, ttl_ms),
             Arc::new(SystemClock),
         )
@@ -57,18 +62,17 @@ async fn node_info_is_registered_for_delayq_nodes() {
     let redis = Redis::start();
     scenarios::node_info_is_registered_for_delayq_nodes(&redis).await;
     // The command line reads the same without joining.
-    let url = redis.server.url();
-    let nodes = RedisCoordinator::read_nodes(&url, "t")
+    let nodes = RedisCoordinator::read_nodes(redis.options(), "t")
         .await
         .expect("read nodes");
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].name, "api-1");
-    let membership = RedisCoordinator::read_membership(&url, "t")
+    let membership = RedisCoordinator::read_membership(redis.options(), "t")
         .await
         .expect("read membership");
     assert_eq!(membership.members, vec![nodes[0].member()]);
     // Another prefix is another cluster.
-    assert!(RedisCoordinator::read_nodes(&url, "other")
+    assert!(RedisCoordinator::read_nodes(redis.options(), "other")
         .await
         .expect("read nodes")
         .is_empty());
@@ -81,9 +85,8 @@ async fn nodes_reregister_and_converge_after_redis_restarts_empty() {
     let before = view(nodes[0].as_ref()).epoch;
 
     redis.server.restart();
-    let url = redis.server.url();
     let converged = wait_for(Duration::from_secs(15), || async {
-        let registered = RedisCoordinator::read_nodes(&url, "t")
+        let registered = RedisCoordinator::read_nodes(redis.options(), "t")
             .await
             .map(|nodes| nodes.into_iter().map(|n| n.id).collect::<Vec<_>>())
             .unwrap_or_default();
@@ -97,7 +100,7 @@ async fn nodes_reregister_and_converge_after_redis_restarts_empty() {
     );
     // The counter restarted from the highest epoch the nodes had seen, not from zero.
     assert!(views[0].epoch > before, "{before} -> {}", views[0].epoch);
-    let stored = RedisCoordinator::read_membership(&url, "t")
+    let stored = RedisCoordinator::read_membership(redis.options(), "t")
         .await
         .expect("read membership");
     assert_eq!(stored, views[0]);
@@ -143,13 +146,35 @@ async fn a_killed_subscriber_connection_reconnects_and_updates_still_arrive() {
         .await
         .expect("converged after the subscriber connections were killed");
 
-    // The wake-up channel is subscribed again too.
+    // The partition channels are subscribed again too, and the node is told to look at
+    // their partitions at once (wake-ups sent while it was away were lost).
     let mut wakeups = nodes[0].take_wakeups().expect("wake-ups");
-    let target = nodes[0].node_id().clone();
+    nodes[0].listen(vec![("q".to_owned(), 1), ("q".to_owned(), 2)]);
+    scenarios::wait_listening(nodes[0].as_ref(), 2).await;
+    let before_kill = nodes[0].clock().now_ms();
     redis
         .server
         .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
         .expect("CLIENT KILL");
+    let mut caught_up = Vec::new();
+    let told = wait_for(Duration::from_secs(3), || {
+        while let Some(wakeup) = wakeups.try_recv() {
+            caught_up.push(wakeup);
+        }
+        let told = caught_up.len() >= 2;
+        async move { told }
+    })
+    .await;
+    assert!(told.is_some(), "no catch-up wake-ups: {caught_up:?}");
+    caught_up.sort_by_key(|wakeup| wakeup.partition);
+    assert_eq!(
+        caught_up
+            .iter()
+            .map(|w| (w.queue.as_str(), w.partition))
+            .collect::<Vec<_>>(),
+        [("q", 1), ("q", 2)]
+    );
+    assert!(caught_up.iter().all(|w| w.due_ms >= before_kill));
     let sender = nodes[1].clone();
     let wakeup = Wakeup {
         queue: "q".into(),
@@ -157,11 +182,11 @@ async fn a_killed_subscriber_connection_reconnects_and_updates_still_arrive() {
         due_ms: 2,
     };
     let received = wait_for(Duration::from_secs(3), || {
-        let arrived = wakeups.try_recv().is_some();
-        let (sender, target, wakeup) = (sender.clone(), target.clone(), wakeup.clone());
+        let arrived = wakeups.try_recv() == Some(wakeup.clone());
+        let (sender, wakeup) = (sender.clone(), wakeup.clone());
         async move {
             if !arrived {
-                sender.wake(&target, wakeup).await.expect("wake");
+                sender.wake(wakeup).await.expect("wake");
             }
             arrived
         }
@@ -174,13 +199,43 @@ async fn a_killed_subscriber_connection_reconnects_and_updates_still_arrive() {
 }
 
 #[tokio::test]
+async fn a_wakeup_naming_another_partition_than_its_channel_is_rejected() {
+    let redis = Redis::start();
+    let (nodes, _) = join_agreed(&redis, 1, PERIOD_MS, 10_000).await;
+    let mut wakeups = nodes[0].take_wakeups().expect("wake-ups");
+    nodes[0].listen(vec![("orders".to_owned(), 3)]);
+    scenarios::wait_listening(nodes[0].as_ref(), 1).await;
+    for payload in ["orders\n4\n5", "other\n3\n5", "garbage", "orders\n3\n5"] {
+        redis
+            .server
+            .command(&["PUBLISH", "t:{orders:3}:wake", payload])
+            .expect("PUBLISH");
+    }
+    let stats = || nodes[0].wakeup_stats().expect("a mailbox");
+    wait_for(Duration::from_secs(3), || async {
+        let stats = stats();
+        stats.received == 1 && stats.malformed == 3
+    })
+    .await
+    .unwrap_or_else(|| panic!("{:?}", stats()));
+    assert_eq!(
+        wakeups.try_recv(),
+        Some(Wakeup {
+            queue: "orders".into(),
+            partition: 3,
+            due_ms: 5
+        })
+    );
+}
+
+#[tokio::test]
 async fn queue_filters_travel_through_the_registry() {
     let redis = Redis::start();
     let filtered = CoordinatorConfig {
         queues: QueueFilter::only(["order-timeout"]),
         ..config("orders-only", PERIOD_MS, TTL_MS)
     };
-    let orders_only = RedisCoordinator::join(&redis.server.url(), filtered, Arc::new(SystemClock))
+    let orders_only = RedisCoordinator::join(redis.options(), filtered, Arc::new(SystemClock))
         .await
         .expect("join");
     let other = redis.join("everything", PERIOD_MS, TTL_MS).await;
@@ -271,7 +326,7 @@ async fn a_redis_stall_longer_than_the_ttl_evicts_nobody() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let stored = RedisCoordinator::read_membership(&redis.server.url(), "t")
+    let stored = RedisCoordinator::read_membership(redis.options(), "t")
         .await
         .expect("read membership");
     assert_eq!((stored.epoch, ids(&stored)), (epoch, all));
@@ -350,10 +405,9 @@ async fn a_flood_of_wakeups_stays_bounded_and_urgent_ones_get_through() {
         partition: 3,
         due_ms: 5,
     };
-    nodes[1]
-        .wake(nodes[0].node_id(), urgent.clone())
-        .await
-        .expect("wake");
+    nodes[0].listen(vec![("orders".to_owned(), 3)]);
+    scenarios::wait_listening(nodes[0].as_ref(), 1).await;
+    nodes[1].wake(urgent.clone()).await.expect("wake");
     wait_for(Duration::from_secs(5), || async {
         stats().received == flood + 1
     })
@@ -364,10 +418,9 @@ async fn a_flood_of_wakeups_stays_bounded_and_urgent_ones_get_through() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_backlog_longer_than_a_ping_timeout_keeps_the_subscription() {
+async fn a_backlog_of_200k_wakeups_is_read_without_losing_the_subscription() {
     let redis = Redis::start();
-    // A 300 ms TTL: the subscriber checks its connection every 300 ms, and a PING reply
-    // waits behind the whole backlog.
+    // A 300 ms TTL: the backlog takes many operation timeouts to read.
     let (nodes, _) = join_agreed(&redis, 1, PERIOD_MS, TTL_MS).await;
     let mut wakeups = nodes[0].take_wakeups().expect("wake-ups");
     let reader = tokio::spawn(async move { while wakeups.recv().await.is_some() {} });

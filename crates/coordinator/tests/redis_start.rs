@@ -11,7 +11,12 @@ use delayq_coordinator::{
     Coordinator, CoordinatorConfig, CoordinatorError, LocalClock, RedisCoordinator, SkewedClock,
     SteppingClock, SystemClock,
 };
+use delayq_redis::{ConnectOptions, Topology};
 use delayq_testkit::{free_port, RedisServer};
+
+fn standalone(url: &str) -> ConnectOptions {
+    ConnectOptions::new(Topology::standalone(url))
+}
 
 fn quick(start_timeout_ms: u64) -> CoordinatorConfig {
     CoordinatorConfig {
@@ -24,15 +29,15 @@ fn quick(start_timeout_ms: u64) -> CoordinatorConfig {
 async fn unreachable_redis_fails_clearly_after_the_start_timeout() {
     let url = format!("redis://127.0.0.1:{}/0", free_port());
     let started = Instant::now();
-    let result = RedisCoordinator::join(&url, quick(700), Arc::new(SystemClock)).await;
+    let result = RedisCoordinator::join(standalone(&url), quick(700), Arc::new(SystemClock)).await;
     let took = started.elapsed();
     match result {
         Err(CoordinatorError::Unreachable {
-            url: named,
+            target,
             waited_ms,
             message,
         }) => {
-            assert_eq!(named, url);
+            assert_eq!(target, url);
             assert!(waited_ms >= 700, "gave up after {waited_ms} ms");
             assert!(!message.is_empty());
         }
@@ -54,7 +59,7 @@ async fn join_waits_for_a_redis_that_comes_up_late() {
         server.restart();
         server
     });
-    let node = RedisCoordinator::join(&url, quick(10_000), Arc::new(SystemClock))
+    let node = RedisCoordinator::join(standalone(&url), quick(10_000), Arc::new(SystemClock))
         .await
         .expect("joins once Redis is up");
     let _server = starter.join().expect("server thread");
@@ -67,7 +72,7 @@ async fn bad_config_fails_before_connecting() {
     let nowhere = format!("redis://127.0.0.1:{}/0", free_port());
     let started = Instant::now();
     let bad = config("n", 300, 200);
-    match RedisCoordinator::join(&nowhere, bad, Arc::new(SystemClock)).await {
+    match RedisCoordinator::join(standalone(&nowhere), bad, Arc::new(SystemClock)).await {
         Err(CoordinatorError::InvalidConfig { key, value, .. }) => {
             assert_eq!(key, "node.heartbeat_ttl");
             assert!(value.starts_with("200ms"), "{value}");
@@ -79,11 +84,11 @@ async fn bad_config_fails_before_connecting() {
         "it tried to connect"
     );
     let nameless = config("", 100, 300);
-    match RedisCoordinator::observe(&nowhere, nameless, Arc::new(SystemClock)).await {
+    match RedisCoordinator::observe(standalone(&nowhere), nameless, Arc::new(SystemClock)).await {
         Err(CoordinatorError::InvalidConfig { key, .. }) => assert_eq!(key, "node.name"),
         other => panic!("expected InvalidConfig, got {other:?}"),
     }
-    match RedisCoordinator::join("not a url", quick(100), Arc::new(SystemClock)).await {
+    match RedisCoordinator::join(standalone("not a url"), quick(100), Arc::new(SystemClock)).await {
         Err(CoordinatorError::InvalidConfig { key, .. }) => assert_eq!(key, "redis.url"),
         other => panic!("expected InvalidConfig, got {other:?}"),
     }
@@ -93,18 +98,22 @@ async fn bad_config_fails_before_connecting() {
 async fn a_node_whose_clock_is_5s_ahead_reads_the_same_cluster_time() {
     let server = RedisServer::start();
     let url = server.url();
-    let honest = RedisCoordinator::join(&url, config("honest", 100, 300), Arc::new(SystemClock))
-        .await
-        .expect("join");
+    let honest = RedisCoordinator::join(
+        standalone(&url),
+        config("honest", 100, 300),
+        Arc::new(SystemClock),
+    )
+    .await
+    .expect("join");
     let ahead = RedisCoordinator::join(
-        &url,
+        standalone(&url),
         config("ahead", 100, 300),
         Arc::new(SkewedClock { skew_ms: 5_000 }),
     )
     .await
     .expect("join");
     let behind = RedisCoordinator::observe(
-        &url,
+        standalone(&url),
         config("behind", 100, 300),
         Arc::new(SkewedClock { skew_ms: -3_000 }),
     )
@@ -132,9 +141,13 @@ async fn a_step_of_the_wall_clock_never_moves_the_cluster_clock() {
     let server = RedisServer::start();
     let machine = Arc::new(SteppingClock::default());
     // Heartbeats every 100 ms: each one samples the clock again after the step.
-    let node = RedisCoordinator::join(&server.url(), config("stepped", 100, 300), machine.clone())
-        .await
-        .expect("join");
+    let node = RedisCoordinator::join(
+        standalone(&server.url()),
+        config("stepped", 100, 300),
+        machine.clone(),
+    )
+    .await
+    .expect("join");
     // Redis runs on this machine: its TIME is the unstepped system clock.
     let error_ms = || node.clock().now_us() as i64 / 1_000 - SystemClock.wall_us() as i64 / 1_000;
     assert!(error_ms().abs() <= 10, "off by {} ms", error_ms());

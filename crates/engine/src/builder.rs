@@ -178,12 +178,12 @@ impl SchedulerBuilder {
                         .await?,
                     ),
                 };
-                let url = &config.redis.url;
+                let redis = config.connect_options();
                 let clock = self.local_clock.clone();
                 let coordinator: Arc<dyn Coordinator> = if member {
-                    RedisCoordinator::join(url, coordinator_config, clock).await?
+                    RedisCoordinator::join(redis, coordinator_config, clock).await?
                 } else {
-                    RedisCoordinator::observe(url, coordinator_config, clock).await?
+                    RedisCoordinator::observe(redis, coordinator_config, clock).await?
                 };
                 (store, coordinator)
             }

@@ -235,6 +235,13 @@ impl Runtime {
                 gained += 1;
             }
         }
+        // Wake-ups travel on per-partition channels: hear those of the partitions owned now.
+        self.coordinator.listen(
+            desired
+                .iter()
+                .map(|partition| (partition.queue.as_str().to_owned(), partition.index))
+                .collect(),
+        );
         if lost > 0 {
             self.timer.retain(|partition| desired.contains(partition));
         }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use delayq_coordinator::{owner, ClusterClock, Coordinator, Membership, NodeId, Wakeup};
+use delayq_coordinator::{ClusterClock, Coordinator, Membership, NodeId, Wakeup};
 use delayq_storage::{
     partition_of, validate_due, Cancel, NewTask, Partition, PartitionStats, QueueName,
     ScheduleMode, ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore,
@@ -448,27 +448,15 @@ impl Scheduler {
         if due_ms > now.saturating_add(2 * pull_period) {
             return;
         }
-        let membership = runtime.coordinator.membership().borrow().clone();
-        let Some(owner) = owner(
-            partition.queue.as_str(),
-            partition.index,
-            &membership.members,
-        )
-        .cloned() else {
-            return;
-        };
-        if &owner == runtime.coordinator.node_id() {
-            // Ours by the membership, but not adoptable (shutting down): the next owner's
-            // first pull sees the task.
-            return;
-        }
+        // Published on the partition's channel, which its owner listens to (or, while
+        // nobody does, sent to the owner by the membership).
         let wakeup = Wakeup {
             queue: partition.queue.as_str().to_owned(),
             partition: partition.index,
             due_ms,
         };
-        if let Err(error) = runtime.coordinator.wake(&owner, wakeup).await {
-            tracing::debug!(%error, %owner, "wake-up not sent; the owner's pull will see the task");
+        if let Err(error) = runtime.coordinator.wake(wakeup).await {
+            tracing::debug!(%error, %partition, "wake-up not sent; the owner's pull will see the task");
         }
     }
 

@@ -21,7 +21,7 @@ use crate::wakeups::{wakeup_mailbox, WakeupMonitor, WakeupReceiver, WakeupStats,
 /// A node of an in-process [`MemoryCluster`], with the semantics of
 /// [`RedisCoordinator`](crate::RedisCoordinator): registration with a heartbeat TTL, removal
 /// of dead members by any live member with one epoch bump per change, a membership watch,
-/// wake-ups, leave and crash.
+/// wake-ups to the listeners of a partition (else to its owner), leave and crash.
 ///
 /// Its cluster clock *is* the hub's clock (a Redis with no round trip), so the `local_clock`
 /// given to [`MemoryCoordinator::join`] cannot make it wrong, just as on Redis a skewed local
@@ -198,8 +198,16 @@ impl Coordinator for MemoryCoordinator {
         self.wakeup_monitor.as_ref().map(WakeupMonitor::stats)
     }
 
-    async fn wake(&self, node: &NodeId, wakeup: Wakeup) -> CoordinatorResult<()> {
-        self.hub.wake(node, wakeup);
+    fn listen(&self, mut partitions: Vec<(String, u32)>) {
+        if self.is_member() {
+            partitions.sort();
+            partitions.dedup();
+            self.hub.listen(&self.id, partitions);
+        }
+    }
+
+    async fn wake(&self, wakeup: Wakeup) -> CoordinatorResult<()> {
+        self.hub.wake(wakeup);
         Ok(())
     }
 

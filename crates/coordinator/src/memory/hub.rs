@@ -1,6 +1,6 @@
 //! [`MemoryCluster`]: the in-process stand-in for Redis that memory coordinators share.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::api::{publish_if_changed, Membership, NodeId, NodeInfo, Wakeup};
+use crate::assignment::owner;
 use crate::clock::{ClusterClock, LocalClock, SystemClock};
 use crate::wakeups::WakeupSender;
 
@@ -48,7 +49,12 @@ pub struct MemoryCluster {
 struct HubState {
     epoch: u64,
     registry: BTreeMap<NodeId, Registration>,
+    /// The mailbox of every member that listens (its node channel).
     wakeups: HashMap<NodeId, WakeupSender>,
+    /// Who listens to each partition's wake-ups (its partition channel).
+    listeners: HashMap<(String, u32), BTreeSet<NodeId>>,
+    /// The partitions each node listens to.
+    listening: HashMap<NodeId, Vec<(String, u32)>>,
     /// Until when nobody is removed: one TTL after a heartbeat found its own registration
     /// expired but not removed (a stall; see the Redis heartbeat script).
     quiet_until: Option<Instant>,
@@ -210,6 +216,7 @@ impl MemoryCluster {
     pub(crate) fn leave(&self, node: &NodeId) -> bool {
         let mut state = self.state.lock();
         state.wakeups.remove(node);
+        set_listening(&mut state, node, Vec::new());
         let removed = state.registry.remove(node).is_some();
         if removed {
             self.publish(&mut state);
@@ -235,15 +242,73 @@ impl MemoryCluster {
         self.state.lock().wakeups.insert(node.clone(), sender);
     }
 
+    /// Stops every wake-up to `node` (it crashed or left).
     pub(crate) fn stop_wakeups(&self, node: &NodeId) {
-        self.state.lock().wakeups.remove(node);
+        let mut state = self.state.lock();
+        state.wakeups.remove(node);
+        set_listening(&mut state, node, Vec::new());
     }
 
-    /// Delivers a wake-up if `node` listens (like PUBLISH: nobody listening, nobody told).
-    pub(crate) fn wake(&self, node: &NodeId, wakeup: Wakeup) {
-        if let Some(sender) = self.state.lock().wakeups.get(node) {
-            // Never waits: a full mailbox coalesces or drops, like on Redis.
-            sender.send(wakeup);
+    /// Sets the partitions whose wake-ups `node` receives (like SUBSCRIBE to their channels;
+    /// effective at once, as nothing is in between).
+    pub(crate) fn listen(&self, node: &NodeId, partitions: Vec<(String, u32)>) {
+        let mut state = self.state.lock();
+        if state.wakeups.contains_key(node) {
+            set_listening(&mut state, node, partitions);
         }
     }
+
+    /// Delivers a wake-up to the nodes listening to its partition, or, when none does, to the
+    /// partition's owner by the membership, like the Redis coordinator. Nobody listening,
+    /// nobody told.
+    pub(crate) fn wake(&self, wakeup: Wakeup) {
+        let state = self.state.lock();
+        let key = (wakeup.queue.clone(), wakeup.partition);
+        let listeners: Vec<&WakeupSender> = state
+            .listeners
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter_map(|node| state.wakeups.get(node))
+            .collect();
+        // Never waits: a full mailbox coalesces or drops, like on Redis.
+        if listeners.is_empty() {
+            let members = state.membership().members;
+            if let Some(sender) = owner(&wakeup.queue, wakeup.partition, &members)
+                .and_then(|owner| state.wakeups.get(owner))
+            {
+                sender.send(wakeup);
+            }
+        } else {
+            for sender in listeners {
+                sender.send(wakeup.clone());
+            }
+        }
+    }
+}
+
+/// Replaces the partitions `node` listens to.
+fn set_listening(state: &mut HubState, node: &NodeId, partitions: Vec<(String, u32)>) {
+    for key in state.listening.remove(node).unwrap_or_default() {
+        if let Some(nodes) = state.listeners.get_mut(&key) {
+            nodes.remove(node);
+            if nodes.is_empty() {
+                state.listeners.remove(&key);
+            }
+        }
+    }
+    if let Some(sender) = state.wakeups.get(node) {
+        sender.set_listening(partitions.len());
+    }
+    if partitions.is_empty() {
+        return;
+    }
+    for key in &partitions {
+        state
+            .listeners
+            .entry(key.clone())
+            .or_default()
+            .insert(node.clone());
+    }
+    state.listening.insert(node.clone(), partitions);
 }

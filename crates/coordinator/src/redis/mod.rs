@@ -1,10 +1,20 @@
-//! The Redis coordinator.
+//! The Redis coordinator, on the delayq-redis connection layer: one server, a Redis Cluster
+//! or a Sentinel-watched master, with TLS and ACL users.
 //!
-//! # Keys
-//! Everything lives under `<prefix>:{cluster}:` (one hash tag, one Redis Cluster slot):
+//! # Keys and channels
+//! The membership lives under `<prefix>:{cluster}:` (one hash tag, one Redis Cluster slot):
 //! `registry` (HASH node id -> JSON entry), `hb:<node id>` (a heartbeat with a `PX` TTL),
 //! `epoch` (the membership epoch), `stall` (set for one TTL after a stall), and the pub/sub
-//! channels `events` (membership announcements) and `wake:<node id>` (wake-ups).
+//! channels `events` (membership announcements) and `wake:<node id>` (wake-ups for
+//! partitions nobody listened to). Every membership script, and the `TIME` the cluster clock
+//! is read from, goes to the master serving that slot.
+//!
+//! Each partition's wake-ups travel on a channel in the partition's own slot,
+//! `<prefix>:{<queue>:<partition>}:wake`: `SPUBLISH`/`SSUBSCRIBE` on a cluster (so wake-ups
+//! spread over the masters like the partitions do), `PUBLISH`/`SUBSCRIBE` otherwise. A node
+//! subscribes to the channels of the partitions it owns ([`Coordinator::listen`]); a wake-up
+//! that reaches no subscriber (a queue created a moment ago, an ownership change under way)
+//! is sent again to the owner the membership names, on its node channel.
 //!
 //! # How membership stays consistent
 //! Every change of the member set (join, leave, removal of the dead) happens in one Lua script
@@ -22,37 +32,49 @@
 //! process. The epoch never goes backwards: each bump is at least one above the highest epoch
 //! the bumping node has seen, even when Redis lost the counter.
 //!
-//! # After a stall
+//! # After a stall or a failover
 //! When Redis stands still for longer than the heartbeat TTL (a fork, a slow fsync,
 //! `DEBUG SLEEP`), every heartbeat expires at once. The first heartbeat after it finds its
 //! own key expired while its entry is still registered: nobody removed it, so it was not
 //! the only one silent. It sets the `stall` marker for one TTL, and while that is set no
 //! heartbeat removes anybody: every live node beats again within the TTL, and the
-//! membership does not change. A node that was itself paused (GC, SIGSTOP) and came back
-//! before anybody removed it does the same, harmlessly; one removed meanwhile finds its
-//! entry gone and re-registers. A node that really died is removed once the quiet time
-//! is over: about one TTL later than usual, and only after a stall.
+//! membership does not change. A failover (a Sentinel promotion, a Cluster failover of the
+//! `{cluster}` slot) is the same from the nodes' side: nobody can write until the new master
+//! is in charge, and it may lack the last refreshes. So a heartbeat that comes at least
+//! `heartbeat_ttl - heartbeat_period` after this node's previous one (measured on the
+//! server's `TIME`) sets the marker too, even if its own key survived: the others' keys,
+//! refreshed up to a period earlier, may not have. Failed round trips are retried every
+//! period, and the connection layer finds the new master by itself. A node that was itself
+//! paused (GC, SIGSTOP) and came back before anybody removed it sets the marker as well,
+//! harmlessly; one removed meanwhile finds its entry gone and re-registers. A node that
+//! really died is removed once the quiet time is over: about one TTL later than usual, and
+//! only after a stall.
 
 mod background;
-mod connect;
 mod keys;
+mod listener;
 mod scripts;
 mod state;
 mod wire;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
+use delayq_redis::redis::{self, Value};
+use delayq_redis::{ConnectOptions, RedisConnection, ScriptCall};
 use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 
+use self::listener::{Listener, Partitions};
 use self::state::Shared;
 use self::wire::{decode_registry, encode_wakeup, RawReply, RegistryEntry, ScriptReply};
 use crate::api::{
     Coordinator, CoordinatorConfig, Membership, NodeId, NodeInfo, QueueFilter, Wakeup,
 };
-use crate::clock::{ClockSample, ClusterClock, LocalClock};
+use crate::assignment::owner;
+use crate::clock::{ClusterClock, LocalClock};
 use crate::config::{host_name, validate};
 use crate::error::{CoordinatorError, CoordinatorResult};
 use crate::tasks::TaskGroup;
@@ -64,15 +86,20 @@ const WAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 /// How many `TIME` round trips warm the clock up before a node registers.
 const CLOCK_WARMUP_SAMPLES: usize = 3;
 
-/// A [`Coordinator`] on Redis (or Valkey, or a Redis Cluster: all keys share one slot).
+/// A [`Coordinator`] on Redis (or Valkey): one server, a Redis Cluster or a master watched
+/// by Redis Sentinel, as [`ConnectOptions`] say (TLS and ACL users included).
 ///
 /// ```no_run
 /// # async fn run() -> delayq_coordinator::CoordinatorResult<()> {
 /// use std::sync::Arc;
 /// use delayq_coordinator::{Coordinator, CoordinatorConfig, RedisCoordinator, SystemClock};
+/// use delayq_redis::{ConnectOptions, Topology};
 ///
+/// let redis = ConnectOptions::new(Topology::cluster(["redis://10.0.0.1:7000", "redis://10.0.0.2:7000"]));
 /// let config = CoordinatorConfig { node_name: "api-1".into(), ..Default::default() };
-/// let node = RedisCoordinator::join("redis://127.0.0.1:6379/0", config, Arc::new(SystemClock)).await?;
+/// let node = RedisCoordinator::join(redis, config, Arc::new(SystemClock)).await?;
+/// // The engine says which partitions it owns; their wake-ups reach this node from now on.
+/// node.listen(vec![("orders".to_owned(), 3), ("orders".to_owned(), 7)]);
 /// let membership = node.membership().borrow().clone();
 /// println!("epoch {} with {} members", membership.epoch, membership.members.len());
 /// node.leave().await?;
@@ -88,6 +115,8 @@ pub struct RedisCoordinator {
     wakeups: Mutex<Option<WakeupReceiver>>,
     /// The counters of the wake-up mailbox (a member's).
     wakeup_monitor: Option<WakeupMonitor>,
+    /// The partitions whose wake-ups this node wants (see [`Coordinator::listen`]).
+    wanted: watch::Sender<Partitions>,
     /// Whether `leave` has completed (and serializes concurrent calls).
     left: tokio::sync::Mutex<bool>,
 }
@@ -97,48 +126,56 @@ impl std::fmt::Debug for RedisCoordinator {
         f.debug_struct("RedisCoordinator")
             .field("node", &self.shared.id)
             .field("member", &self.is_member())
+            .field("redis", &self.shared.redis.describe())
             .field("key_prefix", &self.shared.config.key_prefix)
             .finish()
     }
 }
 
 impl RedisCoordinator {
-    /// Joins the cluster at `url` as a new member with a fresh id, and starts heartbeating.
+    /// Joins the cluster on the Redis of `redis` as a new member with a fresh id, and starts
+    /// heartbeating.
     ///
     /// Checks `config` first ([`crate::validate`]). While Redis is unreachable it retries
     /// with backoff, logging each attempt, and fails with [`CoordinatorError::Unreachable`]
-    /// after `config.start_timeout`. When it returns, the node is registered, its membership
-    /// includes itself, its clock has been sampled, and its wake-up channel is subscribed.
+    /// after `config.start_timeout` (which replaces `redis.timeouts.start`); a refused login
+    /// fails at once ([`CoordinatorError::Authentication`]). When it returns, the node is
+    /// registered, its membership includes itself, its clock has been sampled, and its
+    /// announcement and node channels are subscribed.
     pub async fn join(
-        url: &str,
+        redis: ConnectOptions,
         config: CoordinatorConfig,
         local_clock: Arc<dyn LocalClock>,
     ) -> CoordinatorResult<Arc<Self>> {
-        Self::start(url, config, local_clock, true).await
+        Self::start(redis, config, local_clock, true).await
     }
 
-    /// Follows the cluster at `url` without joining it (a producer): the membership and the
-    /// cluster clock are kept up to date (re-read every `heartbeat_period` and on each
-    /// announcement), [`Coordinator::wake`] and [`Coordinator::nodes`] work, but the node
-    /// never registers, so it owns nothing, receives no wake-ups
-    /// ([`Coordinator::take_wakeups`] returns `None`) and never removes dead members.
+    /// Follows the cluster on the Redis of `redis` without joining it (a producer): the
+    /// membership and the cluster clock are kept up to date (re-read every
+    /// `heartbeat_period` and on each announcement), [`Coordinator::wake`] and
+    /// [`Coordinator::nodes`] work, but the node never registers, so it owns nothing,
+    /// receives no wake-ups ([`Coordinator::take_wakeups`] returns `None`) and never removes
+    /// dead members.
     pub async fn observe(
-        url: &str,
+        redis: ConnectOptions,
         config: CoordinatorConfig,
         local_clock: Arc<dyn LocalClock>,
     ) -> CoordinatorResult<Arc<Self>> {
-        Self::start(url, config, local_clock, false).await
+        Self::start(redis, config, local_clock, false).await
     }
 
     async fn start(
-        url: &str,
+        mut redis: ConnectOptions,
         config: CoordinatorConfig,
         local_clock: Arc<dyn LocalClock>,
         member: bool,
     ) -> CoordinatorResult<Arc<Self>> {
         validate(&config)?;
         let started = Instant::now();
-        let connected = connect::connect(url, &config).await?;
+        redis.timeouts.start = config.start_timeout;
+        let connection = RedisConnection::connect(redis)
+            .await
+            .map_err(|error| CoordinatorError::from_redis("connect", error))?;
         let clock = Arc::new(ClusterClock::new(local_clock));
         let entry = member.then(|| RegistryEntry {
             name: config.node_name.clone(),
@@ -156,13 +193,12 @@ impl RedisCoordinator {
         let shared = Arc::new(Shared::new(
             NodeId::random(),
             config,
-            connected.client,
-            connected.connection,
+            connection,
             clock,
             entry,
         ));
         for _ in 0..CLOCK_WARMUP_SAMPLES {
-            sample_clock(&shared).await?;
+            shared.sample_clock().await?;
         }
         if let Some(entry) = &shared.entry {
             entry.lock().started_ms = shared.clock.now_ms();
@@ -175,12 +211,14 @@ impl RedisCoordinator {
             (None, None)
         };
         let wakeup_monitor = wake_sender.as_ref().map(|sender| sender.monitor());
+        let (wanted, wanted_receiver) = watch::channel(Partitions::default());
         let this = Arc::new(RedisCoordinator {
             shared: shared.clone(),
             heartbeat: TaskGroup::default(),
             listeners: TaskGroup::default(),
             wakeups: Mutex::new(wake_receiver),
             wakeup_monitor,
+            wanted,
             left: tokio::sync::Mutex::new(false),
         });
 
@@ -188,12 +226,9 @@ impl RedisCoordinator {
         let (subscribed_sender, subscribed) = oneshot::channel();
         this.listeners
             .push(tokio::spawn(background::refresh_loop(shared.clone())));
+        let listener = Listener::new(shared.clone(), wake_sender, wanted_receiver);
         this.listeners
-            .push(tokio::spawn(background::subscriber_loop(
-                shared.clone(),
-                wake_sender,
-                Some(subscribed_sender),
-            )));
+            .push(tokio::spawn(listener.run(Some(subscribed_sender))));
         let budget = start_timeout
             .saturating_sub(started.elapsed())
             .max(shared.operation_timeout);
@@ -203,7 +238,7 @@ impl RedisCoordinator {
 
         let reply = shared.heartbeat().await?;
         if member {
-            tracing::info!(node = %shared.id, name = %shared.config.node_name, epoch = reply.epoch, members = shared.membership.borrow().members.len(), "joined the cluster");
+            tracing::info!(node = %shared.id, name = %shared.config.node_name, redis = %shared.redis.describe(), epoch = reply.epoch, members = shared.membership.borrow().members.len(), "joined the cluster");
         }
         this.heartbeat
             .push(tokio::spawn(background::heartbeat_loop(shared)));
@@ -215,81 +250,59 @@ impl RedisCoordinator {
         self.shared.entry.is_some()
     }
 
-    /// The registered nodes of the cluster under `key_prefix` at `url`, sorted by id, without
-    /// joining (for `delayq nodes`). Entries whose heartbeat expired but that no live node has
-    /// removed yet are included; compare their `last_heartbeat_ms` with the cluster time.
-    /// A registry entry that cannot be decoded fails the read with
-    /// [`CoordinatorError::CorruptEntry`] naming the node (the membership leaves such an entry
-    /// out instead, with a warning).
-    pub async fn read_nodes(url: &str, key_prefix: &str) -> CoordinatorResult<Vec<NodeInfo>> {
-        let mut connection = connect_once(url).await?;
+    /// The registered nodes of the cluster under `key_prefix` on the Redis of `redis`,
+    /// sorted by id, without joining (for `delayq nodes`). Entries whose heartbeat expired
+    /// but that no live node has removed yet are included; compare their
+    /// `last_heartbeat_ms` with the cluster time. A registry entry that cannot be decoded
+    /// fails the read with [`CoordinatorError::CorruptEntry`] naming the node (the
+    /// membership leaves such an entry out instead, with a warning).
+    pub async fn read_nodes(
+        redis: ConnectOptions,
+        key_prefix: &str,
+    ) -> CoordinatorResult<Vec<NodeInfo>> {
+        let connection = connect_once(redis).await?;
         let keys = keys::Keys::new(key_prefix);
-        let pairs: Vec<(String, String)> = redis::cmd("HGETALL")
-            .arg(&keys.registry)
-            .query_async(&mut connection)
+        let mut command = redis::cmd("HGETALL");
+        command.arg(&keys.registry);
+        let pairs: Vec<(String, String)> = connection
+            .query("read nodes", &command)
             .await
-            .map_err(|error| backend("read nodes", &error))?;
+            .map_err(|error| CoordinatorError::from_redis("read nodes", error))?;
         decode_registry(&pairs)
     }
 
-    /// The current membership of the cluster under `key_prefix` at `url`, without joining.
-    pub async fn read_membership(url: &str, key_prefix: &str) -> CoordinatorResult<Membership> {
-        let mut connection = connect_once(url).await?;
+    /// The current membership of the cluster under `key_prefix` on the Redis of `redis`,
+    /// without joining.
+    pub async fn read_membership(
+        redis: ConnectOptions,
+        key_prefix: &str,
+    ) -> CoordinatorResult<Membership> {
+        let connection = connect_once(redis).await?;
         let keys = keys::Keys::new(key_prefix);
-        let raw: RawReply = scripts::SNAPSHOT
-            .key(&keys.registry)
-            .key(&keys.epoch)
-            .invoke_async(&mut connection)
+        let value: Value = connection
+            .run_script(
+                &ScriptCall::new(&scripts::SNAPSHOT)
+                    .key(&keys.registry)
+                    .key(&keys.epoch),
+            )
             .await
-            .map_err(|error| backend("read membership", &error))?;
+            .map_err(|error| CoordinatorError::from_redis("read membership", error))?;
+        let raw: RawReply =
+            redis::from_redis_value(value).map_err(|error| CoordinatorError::Backend {
+                operation: "read membership",
+                message: format!("unexpected reply of the snapshot script: {error}"),
+            })?;
         Ok(ScriptReply::from_raw(raw).membership(|error| {
             tracing::warn!(%error, "corrupt registry entry left out of the membership");
         }))
     }
 }
 
-/// One `TIME` round trip into the clock.
-async fn sample_clock(shared: &Shared) -> CoordinatorResult<()> {
-    let mut connection = shared.connection.clone();
-    let local_before_us = shared.clock.local_now_us();
-    let (seconds, micros): (u64, u64) = shared
-        .bounded(
-            "read the server time",
-            redis::cmd("TIME").query_async(&mut connection),
-        )
-        .await?;
-    let local_after_us = shared.clock.local_now_us();
-    shared.clock.record(ClockSample {
-        local_before_us,
-        server_us: seconds.saturating_mul(1_000_000) + micros,
-        local_after_us,
-    });
-    Ok(())
-}
-
-/// A single connection for a one-off command line read.
-async fn connect_once(url: &str) -> CoordinatorResult<redis::aio::MultiplexedConnection> {
-    let client = connect::open_client(url)?;
-    let timeout = std::time::Duration::from_secs(2);
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout));
-    let started = Instant::now();
-    client
-        .get_multiplexed_async_connection_with_config(&config)
+/// A connection for a one-off command line read.
+async fn connect_once(redis: ConnectOptions) -> CoordinatorResult<RedisConnection> {
+    RedisConnection::connect(redis)
         .await
-        .map_err(|error| CoordinatorError::Unreachable {
-            url: connect::redact_url(url),
-            waited_ms: started.elapsed().as_millis() as u64,
-            message: error.to_string(),
-        })
-}
-
-fn backend(operation: &'static str, error: &redis::RedisError) -> CoordinatorError {
-    CoordinatorError::Backend {
-        operation,
-        message: error.to_string(),
-    }
+        .map_err(|error| CoordinatorError::from_redis("connect", error))
 }
 
 #[async_trait]
@@ -314,35 +327,76 @@ impl Coordinator for RedisCoordinator {
         self.wakeup_monitor.as_ref().map(WakeupMonitor::stats)
     }
 
-    async fn wake(&self, node: &NodeId, wakeup: Wakeup) -> CoordinatorResult<()> {
-        let mut connection = self.shared.connection.clone();
+    fn listen(&self, partitions: Vec<(String, u32)>) {
+        if !self.is_member() {
+            return;
+        }
+        let keys = &self.shared.keys;
+        let wanted: BTreeMap<String, (String, u32)> = partitions
+            .into_iter()
+            .map(|(queue, partition)| {
+                (
+                    keys.partition_wake_channel(&queue, partition),
+                    (queue, partition),
+                )
+            })
+            .collect();
+        self.wanted.send_if_modified(|current| {
+            let changed = **current != wanted;
+            if changed {
+                *current = Arc::new(wanted);
+            }
+            changed
+        });
+    }
+
+    async fn wake(&self, wakeup: Wakeup) -> CoordinatorResult<()> {
+        let shared = &self.shared;
         // Best effort on the scheduling path: never hold a producer up for long.
-        let _receivers: u64 = self
-            .shared
+        let timeout = shared.operation_timeout.min(WAKE_TIMEOUT);
+        let payload = encode_wakeup(&wakeup);
+        let channel = shared
+            .keys
+            .partition_wake_channel(&wakeup.queue, wakeup.partition);
+        let heard = shared
             .bounded_by(
-                self.shared.operation_timeout.min(WAKE_TIMEOUT),
+                timeout,
                 "wake",
-                redis::cmd("PUBLISH")
-                    .arg(self.shared.keys.wake_channel(node.as_str()))
-                    .arg(encode_wakeup(&wakeup))
-                    .query_async(&mut connection),
+                shared.redis.publish(&channel, payload.as_bytes()),
             )
             .await?;
+        if heard > 0 {
+            return Ok(());
+        }
+        // Nobody listens to the partition yet: its owner by the membership may not know the
+        // queue, or may be taking the partition over right now.
+        let owner = {
+            let membership = shared.membership.borrow();
+            owner(&wakeup.queue, wakeup.partition, &membership.members).cloned()
+        };
+        if let Some(owner) = owner {
+            let channel = shared.keys.node_wake_channel(owner.as_str());
+            shared
+                .bounded_by(
+                    timeout,
+                    "wake",
+                    shared.redis.publish(&channel, payload.as_bytes()),
+                )
+                .await?;
+        }
         Ok(())
     }
 
     async fn nodes(&self) -> CoordinatorResult<Vec<NodeInfo>> {
-        let mut connection = self.shared.connection.clone();
-        let pairs: Vec<(String, String)> = self
-            .shared
+        let mut command = redis::cmd("HGETALL");
+        command.arg(&self.shared.keys.registry);
+        self.shared
             .bounded(
                 "read nodes",
-                redis::cmd("HGETALL")
-                    .arg(&self.shared.keys.registry)
-                    .query_async(&mut connection),
+                self.shared.redis.query("read nodes", &command),
             )
-            .await?;
-        decode_registry(&pairs)
+            .await
+            .and_then(|pairs: Vec<(String, String)>| decode_registry(&pairs))
     }
 
     async fn leave(&self) -> CoordinatorResult<()> {

@@ -1,9 +1,10 @@
 //! The membership scripts (`lua/*.lua`, each with its KEYS/ARGV contract on top), compiled
-//! once with the shared prelude prepended.
+//! once with the shared prelude prepended. They run on the master of the `{cluster}` slot
+//! (their `KEYS[1]`), and are loaded again wherever a master lost them.
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use delayq_redis::Script;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use delayq_redis::redis::{self, Value};
+use delayq_redis::{RedisConnection, ScriptCall, TopologyKind};
 use parking_lot::Mutex;
-use redis::aio::ConnectionManager;
-use redis::{Client, ScriptInvocation};
 use tokio::sync::{watch, Notify};
 
 use super::keys::Keys;
@@ -21,8 +21,7 @@ pub(crate) struct Shared {
     pub(crate) id: NodeId,
     pub(crate) keys: Keys,
     pub(crate) config: CoordinatorConfig,
-    pub(crate) client: Client,
-    pub(crate) connection: ConnectionManager,
+    pub(crate) redis: RedisConnection,
     pub(crate) clock: Arc<ClusterClock>,
     pub(crate) membership: watch::Sender<Membership>,
     /// Asks the refresher task for a re-read (an announcement arrived).
@@ -35,8 +34,10 @@ pub(crate) struct Shared {
     next_read: AtomicU64,
     applied_read: Mutex<u64>,
     /// The highest epoch seen: the floor of the next bump (the epoch never goes backwards,
-    /// even when Redis restarted empty).
+    /// even when Redis restarted empty or a failover lost the last bump).
     highest_epoch: AtomicU64,
+    /// The server time (ms) of this node's last successful heartbeat; 0 before the first.
+    last_beat_server_ms: AtomicU64,
     /// Corrupt registry entries already warned about.
     corrupt_warned: Mutex<HashSet<String>>,
 }
@@ -45,18 +46,16 @@ impl Shared {
     pub(crate) fn new(
         id: NodeId,
         config: CoordinatorConfig,
-        client: Client,
-        connection: ConnectionManager,
+        redis: RedisConnection,
         clock: Arc<ClusterClock>,
         entry: Option<RegistryEntry>,
     ) -> Self {
         Shared {
             id,
             keys: Keys::new(&config.key_prefix),
-            operation_timeout: super::connect::operation_timeout(&config),
+            operation_timeout: operation_timeout(&config),
             config,
-            client,
-            connection,
+            redis,
             clock,
             membership: watch::Sender::new(Membership::default()),
             refresh: Notify::new(),
@@ -64,8 +63,28 @@ impl Shared {
             next_read: AtomicU64::new(0),
             applied_read: Mutex::new(0),
             highest_epoch: AtomicU64::new(0),
+            last_beat_server_ms: AtomicU64::new(0),
             corrupt_warned: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// `SPUBLISH` on a Redis Cluster (sharded pub/sub, heard by the slot's master), `PUBLISH`
+    /// elsewhere: the command the scripts announce with, matching how the subscriber listens.
+    fn publish_command(&self) -> &'static str {
+        match self.redis.kind() {
+            TopologyKind::Cluster => "SPUBLISH",
+            _ => "PUBLISH",
+        }
+    }
+
+    /// A gap between two heartbeats of this node at least this long is a stall: the others'
+    /// heartbeats, refreshed up to one period apart from ours, may have expired in it.
+    fn stall_gap(&self) -> Duration {
+        let period = self.config.heartbeat_period;
+        self.config
+            .heartbeat_ttl
+            .saturating_sub(period)
+            .max(period * 3 / 2)
     }
 
     /// Registers or refreshes this node and removes the members whose heartbeat expired, in
@@ -89,60 +108,88 @@ impl Shared {
             .filter(|member| member.id != self.id)
             .map(|member| member.id.clone())
             .collect();
-        let mut invocation = scripts::HEARTBEAT.prepare_invoke();
-        invocation
+        let mut call = ScriptCall::new(&scripts::HEARTBEAT)
             .key(&self.keys.registry)
             .key(&self.keys.epoch)
             .key(self.keys.heartbeat(self.id.as_str()))
             .key(&self.keys.stall);
         for other in &others {
-            invocation.key(self.keys.heartbeat(other.as_str()));
+            call = call.key(self.keys.heartbeat(other.as_str()));
         }
-        invocation
+        call = call
             .arg(self.id.as_str())
             .arg(json)
             .arg(self.config.heartbeat_ttl.as_millis() as u64)
             .arg(self.highest_epoch.load(Ordering::SeqCst))
-            .arg(&self.keys.events);
+            .arg(&self.keys.events)
+            .arg(self.publish_command())
+            .arg(self.last_beat_server_ms.load(Ordering::SeqCst))
+            .arg(self.stall_gap().as_millis() as u64);
         for other in &others {
-            invocation.arg(other.as_str());
+            call = call.arg(other.as_str());
         }
-        self.run("heartbeat", &invocation).await
+        let reply = self.run("heartbeat", &call).await?;
+        // Stored, not maximized: after a failover the new master's clock is the reference.
+        self.last_beat_server_ms
+            .store(reply.server_us / 1_000, Ordering::SeqCst);
+        Ok(reply)
     }
 
     /// Removes this node at once and announces it.
     pub(crate) async fn leave(&self) -> CoordinatorResult<ScriptReply> {
-        let mut invocation = scripts::LEAVE.prepare_invoke();
-        invocation
+        let call = ScriptCall::new(&scripts::LEAVE)
             .key(&self.keys.registry)
             .key(&self.keys.epoch)
             .key(self.keys.heartbeat(self.id.as_str()))
             .arg(self.id.as_str())
             .arg(self.highest_epoch.load(Ordering::SeqCst))
-            .arg(&self.keys.events);
-        self.run("leave", &invocation).await
+            .arg(&self.keys.events)
+            .arg(self.publish_command());
+        self.run("leave", &call).await
     }
 
     /// Re-reads epoch and registry (and samples the clock); writes nothing.
     pub(crate) async fn snapshot(&self) -> CoordinatorResult<ScriptReply> {
-        let mut invocation = scripts::SNAPSHOT.prepare_invoke();
-        invocation.key(&self.keys.registry).key(&self.keys.epoch);
-        self.run("snapshot", &invocation).await
+        let call = ScriptCall::new(&scripts::SNAPSHOT)
+            .key(&self.keys.registry)
+            .key(&self.keys.epoch);
+        self.run("snapshot", &call).await
+    }
+
+    /// One `TIME` round trip to the master serving the `{cluster}` slot, into the clock.
+    pub(crate) async fn sample_clock(&self) -> CoordinatorResult<()> {
+        let local_before_us = self.clock.local_now_us();
+        let (seconds, micros): (u64, u64) = self
+            .bounded(
+                "read the server time",
+                self.redis
+                    .query_at_slot_of("TIME", &self.keys.registry, &redis::cmd("TIME")),
+            )
+            .await?;
+        let local_after_us = self.clock.local_now_us();
+        self.clock.record(ClockSample {
+            local_before_us,
+            server_us: seconds.saturating_mul(1_000_000) + micros,
+            local_after_us,
+        });
+        Ok(())
     }
 
     /// Runs a membership script: times it for the clock, applies the membership it returns.
     async fn run(
         &self,
         operation: &'static str,
-        invocation: &ScriptInvocation<'_>,
+        call: &ScriptCall<'_>,
     ) -> CoordinatorResult<ScriptReply> {
         let read = self.next_read.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut connection = self.connection.clone();
         let local_before_us = self.clock.local_now_us();
-        let raw: RawReply = self
-            .bounded(operation, invocation.invoke_async(&mut connection))
-            .await?;
+        let value: Value = self.bounded(operation, self.redis.run_script(call)).await?;
         let local_after_us = self.clock.local_now_us();
+        let raw: RawReply =
+            redis::from_redis_value(value).map_err(|error| CoordinatorError::Backend {
+                operation,
+                message: format!("unexpected reply of the {operation} script: {error}"),
+            })?;
         let reply = ScriptReply::from_raw(raw);
         self.clock.record(ClockSample {
             local_before_us,
@@ -157,7 +204,7 @@ impl Shared {
     pub(crate) async fn bounded<T>(
         &self,
         operation: &'static str,
-        future: impl std::future::Future<Output = redis::RedisResult<T>>,
+        future: impl std::future::Future<Output = delayq_redis::Result<T>>,
     ) -> CoordinatorResult<T> {
         self.bounded_by(self.operation_timeout, operation, future)
             .await
@@ -168,14 +215,11 @@ impl Shared {
         &self,
         timeout: Duration,
         operation: &'static str,
-        future: impl std::future::Future<Output = redis::RedisResult<T>>,
+        future: impl std::future::Future<Output = delayq_redis::Result<T>>,
     ) -> CoordinatorResult<T> {
         match tokio::time::timeout(timeout, future).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(CoordinatorError::Backend {
-                operation,
-                message: error.to_string(),
-            }),
+            Ok(Err(error)) => Err(CoordinatorError::from_redis(operation, error)),
             Err(_) => Err(CoordinatorError::Backend {
                 operation,
                 message: format!("no reply within {timeout:?}"),
@@ -202,4 +246,9 @@ impl Shared {
             tracing::debug!(node = %self.id, epoch, members, "membership changed");
         }
     }
+}
+
+/// How long one coordinator round trip may take before it counts as failed.
+pub(crate) fn operation_timeout(config: &CoordinatorConfig) -> Duration {
+    config.heartbeat_ttl.max(Duration::from_millis(500))
 }

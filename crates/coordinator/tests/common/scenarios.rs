@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use delayq_coordinator::{Coordinator, NodeId, QueueFilter, Wakeup};
+use delayq_coordinator::{owner, Coordinator, NodeId, QueueFilter, Wakeup};
 
 use super::{agree, join_agreed, sorted_ids, view, wait_for, TestCluster};
 
@@ -26,7 +26,8 @@ macro_rules! shared_scenarios {
             a_crashed_node_is_seen_dead_within_ttl_plus_period_with_one_epoch_bump,
             two_crashes_at_once_lose_no_survivor,
             a_graceful_leave_is_seen_at_once,
-            wakeups_reach_the_node_they_are_sent_to,
+            wakeups_reach_the_listeners_of_their_partition,
+            a_wakeup_nobody_listens_to_goes_to_the_partition_owner,
             an_observer_follows_the_membership_without_registering,
         );
     };
@@ -122,40 +123,102 @@ pub async fn a_graceful_leave_is_seen_at_once(cluster: &dyn TestCluster) {
     assert!(!view(leaving.as_ref()).contains(leaving.node_id()));
 }
 
-pub async fn wakeups_reach_the_node_they_are_sent_to(cluster: &dyn TestCluster) {
+/// Waits until `node` is subscribed to `partitions` wake-up channels.
+pub async fn wait_listening(node: &dyn Coordinator, partitions: usize) {
+    let stats = || node.wakeup_stats().expect("a member has a mailbox");
+    wait_for(Duration::from_secs(5), || async {
+        stats().listening == partitions
+    })
+    .await
+    .unwrap_or_else(|| panic!("not listening to {partitions} partitions: {:?}", stats()));
+}
+
+pub async fn wakeups_reach_the_listeners_of_their_partition(cluster: &dyn TestCluster) {
     let (nodes, _) = join_agreed(cluster, 2, PERIOD_MS, TTL_MS).await;
     let producer = cluster.observe("producer", PERIOD_MS, TTL_MS).await;
     assert!(
         producer.take_wakeups().is_none(),
         "an observer hears no wake-ups"
     );
+    producer.listen(vec![("order-timeout".to_owned(), 42)]);
     let mut wakeups = nodes[1].take_wakeups().expect("first take");
     assert!(
         nodes[1].take_wakeups().is_none(),
         "wake-ups can be taken once"
     );
     let mut others = nodes[0].take_wakeups().expect("first take");
+    nodes[1].listen(vec![
+        ("order-timeout".to_owned(), 42),
+        ("order-timeout".to_owned(), 43),
+    ]);
+    nodes[0].listen(vec![("order-timeout".to_owned(), 1)]);
+    wait_listening(nodes[1].as_ref(), 2).await;
+    wait_listening(nodes[0].as_ref(), 1).await;
     let wakeup = Wakeup {
         queue: "order-timeout".to_owned(),
         partition: 42,
         due_ms: 1_700_000_000_000,
     };
     for sender in [&nodes[0], &producer] {
-        sender
-            .wake(nodes[1].node_id(), wakeup.clone())
-            .await
-            .expect("wake");
+        sender.wake(wakeup.clone()).await.expect("wake");
         let received = tokio::time::timeout(Duration::from_secs(2), wakeups.recv())
             .await
             .expect("wake-up within 2 s");
         assert_eq!(received, Some(wakeup.clone()));
     }
-    assert!(others.try_recv().is_none(), "only the target is woken");
-    // Waking a node that is gone is not an error (best effort).
-    nodes[0]
-        .wake(&NodeId::from_string("nobody"), wakeup)
+    assert!(others.try_recv().is_none(), "only the listener is woken");
+    // Listening to fewer partitions stops their wake-ups; the others keep coming.
+    nodes[1].listen(vec![("order-timeout".to_owned(), 43)]);
+    wait_listening(nodes[1].as_ref(), 1).await;
+    let kept = Wakeup {
+        partition: 43,
+        ..wakeup.clone()
+    };
+    producer.wake(kept.clone()).await.expect("wake");
+    let received = tokio::time::timeout(Duration::from_secs(2), wakeups.recv())
         .await
-        .expect("wake nobody");
+        .expect("wake-up within 2 s");
+    assert_eq!(received, Some(kept));
+    // A wake-up nobody listens to for an unknown queue's partition is not an error.
+    producer
+        .wake(Wakeup {
+            queue: "nobody-listens".to_owned(),
+            ..wakeup
+        })
+        .await
+        .expect("wake with no listener");
+}
+
+pub async fn a_wakeup_nobody_listens_to_goes_to_the_partition_owner(cluster: &dyn TestCluster) {
+    let (nodes, _) = join_agreed(cluster, 2, PERIOD_MS, TTL_MS).await;
+    let producer = cluster.observe("producer", PERIOD_MS, TTL_MS).await;
+    let members = view(nodes[0].as_ref()).members;
+    // A partition of a queue that no node knows yet, owned by nodes[1].
+    let partition = (0..64)
+        .find(|&p| owner("brand-new", p, &members) == Some(nodes[1].node_id()))
+        .expect("nodes[1] owns one of 64 partitions");
+    let mut owner_wakeups = nodes[1].take_wakeups().expect("wake-ups");
+    let mut other_wakeups = nodes[0].take_wakeups().expect("wake-ups");
+    let wakeup = Wakeup {
+        queue: "brand-new".to_owned(),
+        partition,
+        due_ms: 7,
+    };
+    producer.wake(wakeup.clone()).await.expect("wake");
+    let received = tokio::time::timeout(Duration::from_secs(2), owner_wakeups.recv())
+        .await
+        .expect("the owner is told within 2 s");
+    assert_eq!(received, Some(wakeup.clone()));
+    assert!(other_wakeups.try_recv().is_none());
+    // Once somebody listens to the partition, the wake-ups go there instead.
+    nodes[0].listen(vec![("brand-new".to_owned(), partition)]);
+    wait_listening(nodes[0].as_ref(), 1).await;
+    producer.wake(wakeup.clone()).await.expect("wake");
+    let received = tokio::time::timeout(Duration::from_secs(2), other_wakeups.recv())
+        .await
+        .expect("the listener is told within 2 s");
+    assert_eq!(received, Some(wakeup));
+    assert!(owner_wakeups.try_recv().is_none());
 }
 
 pub async fn an_observer_follows_the_membership_without_registering(cluster: &dyn TestCluster) {

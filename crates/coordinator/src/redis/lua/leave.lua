@@ -6,6 +6,7 @@
 -- ARGV[1] this node's id
 -- ARGV[2] the highest epoch the caller has seen (floor of a bump)
 -- ARGV[3] announcement channel
+-- ARGV[4] the command that announces: PUBLISH, or SPUBLISH on a Redis Cluster
 -- Returns see reply() in the prelude; removed = {id} when the node was registered
 redis.call('DEL', KEYS[3])
 local epoch
@@ -13,7 +14,7 @@ local removed = {}
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
   removed[1] = ARGV[1]
   epoch = bump_epoch(ARGV[2])
-  redis.call('PUBLISH', ARGV[3], epoch)
+  redis.call(ARGV[4], ARGV[3], epoch)
 else
   epoch = read_epoch()
 end
