@@ -323,4 +323,10 @@ impl Scheduler {
     pub fn config(&self) -> &crate::config::Config {
         &self.runtime.config
     }
+
+    /// Whether this scheduler runs handlers (a member of the cluster that fires tasks), as
+    /// opposed to a producer that only schedules and reads.
+    pub fn runs_handlers(&self) -> bool {
+        self.runtime.is_member()
+    }
 }

@@ -23,12 +23,11 @@ pub(crate) async fn guard(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer_token);
         let Some(given) = given else {
             return unauthorized("missing token: send Authorization: Bearer <token>");
         };
-        if !bool::from(given.as_bytes().ct_eq(token.as_bytes())) {
+        if !token_matches(given.as_bytes(), token.as_bytes()) {
             return unauthorized("wrong token");
         }
     }
@@ -50,6 +49,27 @@ pub(crate) async fn guard(
     next.run(request).await
 }
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme's case does not
+/// matter, RFC 9110).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|token| !token.is_empty())
+}
+
+/// Whether `given` is `token`, in a time that depends on the token's length only: `given`
+/// is cut or padded to that length before the constant-time compare, so neither its bytes
+/// nor its length tell an attacker how close it came.
+fn token_matches(given: &[u8], token: &[u8]) -> bool {
+    let mut padded = vec![0u8; token.len()];
+    let common = given.len().min(token.len());
+    padded[..common].copy_from_slice(&given[..common]);
+    let same_length = (given.len() as u64).ct_eq(&(token.len() as u64));
+    bool::from(padded.as_slice().ct_eq(token) & same_length)
+}
+
 fn unauthorized(message: &str) -> Response {
     let mut response = ApiError::new(StatusCode::UNAUTHORIZED, message).into_response();
     response.headers_mut().insert(
@@ -57,4 +77,27 @@ fn unauthorized(message: &str) -> Response {
         header::HeaderValue::from_static("Bearer realm=\"delayq\""),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_exact_token_matches() {
+        assert!(token_matches(b"s3cret", b"s3cret"));
+        for wrong in [&b""[..], b"s3cre", b"s3cret!", b"s3creT", b"s3cret\0", b"x"] {
+            assert!(!token_matches(wrong, b"s3cret"), "{wrong:?}");
+        }
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer  abc "), Some("abc"));
+        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("abc"), None);
+    }
 }

@@ -6,14 +6,18 @@ use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 
 use crate::error::ApiError;
+use crate::State;
 
 const INDEX: &str = include_str!("../assets/index.html");
 const SCRIPT: &str = include_str!("../assets/app.js");
 const STYLE: &str = include_str!("../assets/style.css");
 
 /// `GET /`: the page. Its `<base>` is the path it was asked for (with a trailing slash), so
-/// its relative requests work wherever the router is mounted (`/`, `/delayq`, ...).
-pub(crate) async fn index(OriginalUri(uri): OriginalUri) -> Response {
+/// its relative requests work wherever the router is mounted (`/`, `/delayq`, ...; axum
+/// routes `/delayq`, not `/delayq/`, to a router nested at `/delayq`). It also
+/// tells the script whether changes are refused (read-only: no retry or purge buttons) and
+/// whether this process fires tasks (only then does it have a lateness to show).
+pub(crate) async fn index(state: State, OriginalUri(uri): OriginalUri) -> Response {
     let path = uri.path();
     let base = if path.ends_with('/') {
         path.to_owned()
@@ -26,9 +30,22 @@ pub(crate) async fn index(OriginalUri(uri): OriginalUri) -> Response {
         .replace('<', "&lt;");
     (
         [(header::CACHE_CONTROL, "no-cache")],
-        Html(INDEX.replace("{{BASE}}", &base)),
+        Html(
+            INDEX
+                .replace("{{BASE}}", &base)
+                .replace("{{READ_ONLY}}", bool_text(state.options.read_only))
+                .replace("{{FIRES}}", bool_text(state.scheduler.runs_handlers())),
+        ),
     )
         .into_response()
+}
+
+fn bool_text(value: bool) -> &'static str {
+    if value {
+        "true"
+    } else {
+        "false"
+    }
 }
 
 /// `GET /assets/{file}`: the script and the style sheet.

@@ -15,6 +15,7 @@
 //! options.metrics = Some(delayq_http::install_prometheus()?);
 //! let app = axum::Router::new()
 //!     .route("/", axum::routing::get(|| async { "my service" }))
+//!     // The dashboard is then at /delayq, the API at /delayq/v1/...
 //!     .nest("/delayq", delayq_http::router(scheduler, options));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7070").await?;
 //! axum::serve(listener, app).await?;
@@ -61,9 +62,10 @@ use axum::Router;
 use delayq_engine::config::Config;
 use delayq_engine::Scheduler;
 
-pub use error::{ApiError, HttpError};
+pub use error::{redact_urls, ApiError, HttpError};
 pub use metrics_exporter_prometheus::PrometheusHandle;
 pub use prometheus::{install_prometheus, prometheus_builder, DURATION_BUCKETS, LATENESS_BUCKETS};
+pub use routes::cluster::CLUSTER_NOW_HEADER;
 
 /// Room for the JSON around a payload of `max_payload` bytes (keys, escapes, a bulk list).
 pub const BODY_SLACK: usize = 64 * 1024;
@@ -159,6 +161,10 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
         .route("/nodes", get(routes::cluster::nodes))
         .route("/lateness", get(prometheus::lateness))
         .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            routes::cluster::stamp_cluster_time,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::guard,

@@ -24,9 +24,11 @@ pub const LATENESS_BUCKETS: &[f64] = &[
     0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// Buckets of `delayq_handler_duration_seconds`: from 1 ms to 5 minutes.
+/// Buckets of `delayq_handler_duration_seconds`: single milliseconds up to 5 ms, then
+/// coarser up to 5 minutes.
 pub const DURATION_BUCKETS: &[f64] = &[
-    0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+    0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
 /// How long one refresh of the queue counts may take before the scrape goes on without it.
@@ -279,6 +281,20 @@ fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_histograms_resolve_single_milliseconds() {
+        for buckets in [LATENESS_BUCKETS, DURATION_BUCKETS] {
+            for ms in 1..=5 {
+                let bound = f64::from(ms) / 1000.0;
+                assert!(
+                    buckets.iter().any(|b| (b - bound).abs() < 1e-12),
+                    "no {ms} ms bucket in {buckets:?}"
+                );
+            }
+            assert!(buckets.windows(2).all(|pair| pair[0] < pair[1]));
+        }
+    }
 
     #[test]
     fn lateness_quantiles_come_from_the_buckets() {

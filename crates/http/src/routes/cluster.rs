@@ -1,11 +1,35 @@
 //! The cluster and this process: live nodes, liveness and readiness.
 
-use axum::http::StatusCode;
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::Json;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::{json, State};
+use crate::{json, AppState, State};
+
+/// The header every `/v1` answer carries: the cluster clock (milliseconds since the epoch)
+/// when it was sent, so a client whose own clock is off (the dashboard's browser) still
+/// shows "due in" and "ago" right.
+pub const CLUSTER_NOW_HEADER: HeaderName = HeaderName::from_static("x-delayq-now-ms");
+
+/// Adds [`CLUSTER_NOW_HEADER`] to the answer.
+pub(crate) async fn stamp_cluster_time(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    response.headers_mut().insert(
+        CLUSTER_NOW_HEADER,
+        HeaderValue::from(state.scheduler.now_ms()),
+    );
+    response
+}
 
 /// The live nodes as `delayq nodes --json`.
 pub(crate) async fn nodes(state: State) -> Result<Json<Value>, ApiError> {

@@ -5,9 +5,10 @@ pub(crate) mod cluster;
 pub(crate) mod queues;
 pub(crate) mod tasks;
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, Uri};
+use bytes::Bytes;
 use delayq_storage::{QueueName, TaskId};
 use serde::de::DeserializeOwned;
 
@@ -26,8 +27,9 @@ pub(crate) async fn method_not_allowed(uri: Uri) -> ApiError {
     )
 }
 
-/// A JSON body; a body that is too large is 413, anything else wrong with it 400, both as
-/// JSON errors.
+/// A JSON body, whatever its `Content-Type` says (clients in other languages and `curl -d`
+/// often send none, or a form type): too large is 413, anything else wrong with it 400,
+/// both as JSON errors naming what is wrong.
 pub(crate) struct Body<T>(pub(crate) T);
 
 impl<S, T> FromRequest<S> for Body<T>
@@ -38,27 +40,70 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(request, state).await {
-            Ok(axum::Json(value)) => Ok(Body(value)),
-            Err(rejection) => Err(body_error(rejection)),
+        // `Bytes` honours the router's `DefaultBodyLimit`.
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "request body too large: it exceeds engine.max_payload plus 64 KiB",
+                    )
+                } else {
+                    ApiError::bad_request(format!("invalid body: {}", rejection.body_text()))
+                }
+            })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(ApiError::bad_request(
+                "invalid body: it is empty; expected a JSON document",
+            ));
         }
+        serde_json::from_slice(&bytes)
+            .map(Body)
+            .map_err(|error| ApiError::bad_request(format!("invalid body: {error}")))
     }
 }
 
-fn body_error(rejection: JsonRejection) -> ApiError {
-    let status = rejection.status();
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
-        return ApiError::new(
-            status,
-            "request body too large: it exceeds engine.max_payload plus 64 KiB",
-        );
+/// Path parameters; a part that cannot be read (bad percent-encoding, not UTF-8) is a 400
+/// JSON error.
+pub(crate) struct PathParams<T>(pub(crate) T);
+
+impl<S, T> FromRequestParts<S> for PathParams<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| PathParams(value))
+            .map_err(|rejection| {
+                ApiError::bad_request(format!("invalid path: {}", rejection.body_text()))
+            })
     }
-    let status = if status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        status
-    } else {
-        StatusCode::BAD_REQUEST
-    };
-    ApiError::new(status, format!("invalid body: {}", rejection.body_text()))
+}
+
+/// The query string; an unknown parameter or a value of the wrong type is a 400 JSON
+/// error naming it.
+pub(crate) struct QueryParams<T>(pub(crate) T);
+
+impl<S, T> FromRequestParts<S> for QueryParams<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(value)| QueryParams(value))
+            .map_err(|rejection| {
+                ApiError::bad_request(format!("invalid query: {}", rejection.body_text()))
+            })
+    }
 }
 
 /// Checks a queue name from the path (400 naming it when invalid).

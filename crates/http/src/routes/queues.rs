@@ -1,10 +1,9 @@
 //! Queues: counts, upcoming tasks, and the dead letters (list, retry, purge).
 
-use axum::extract::{Path, Query};
 use axum::Json;
 use serde_json::Value;
 
-use super::{queue_name, task_ref, Limit};
+use super::{queue_name, task_ref, Limit, PathParams, QueryParams};
 use crate::error::ApiError;
 use crate::{json, State};
 
@@ -17,8 +16,8 @@ pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
 /// The next pending tasks by due time.
 pub(crate) async fn pending(
     state: State,
-    Path(queue): Path<String>,
-    Query(limit): Query<Limit>,
+    PathParams(queue): PathParams<String>,
+    QueryParams(limit): QueryParams<Limit>,
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
     let tasks = state.scheduler.pending(&queue, limit.get()?).await?;
@@ -28,8 +27,8 @@ pub(crate) async fn pending(
 /// Dead letters, oldest first, with their last error.
 pub(crate) async fn dead(
     state: State,
-    Path(queue): Path<String>,
-    Query(limit): Query<Limit>,
+    PathParams(queue): PathParams<String>,
+    QueryParams(limit): QueryParams<Limit>,
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
     let tasks = state.scheduler.dead_letters(&queue, limit.get()?).await?;
@@ -39,7 +38,7 @@ pub(crate) async fn dead(
 /// Retries one dead letter (due now, attempt 1); 404 when it is not dead.
 pub(crate) async fn retry_one(
     state: State,
-    Path((queue, id)): Path<(String, String)>,
+    PathParams((queue, id)): PathParams<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     task_ref(&queue, &id)?;
     if state.scheduler.retry_dead(&queue, &id).await? {
@@ -52,7 +51,7 @@ pub(crate) async fn retry_one(
 /// Retries every dead letter of the queue.
 pub(crate) async fn retry_all(
     state: State,
-    Path(queue): Path<String>,
+    PathParams(queue): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
     let count = state.scheduler.retry_all_dead(&queue).await?;
@@ -62,7 +61,7 @@ pub(crate) async fn retry_all(
 /// Deletes one dead letter; 404 when it is not dead.
 pub(crate) async fn purge_one(
     state: State,
-    Path((queue, id)): Path<(String, String)>,
+    PathParams((queue, id)): PathParams<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     task_ref(&queue, &id)?;
     if state.scheduler.purge_dead(&queue, &id).await? {
@@ -75,7 +74,7 @@ pub(crate) async fn purge_one(
 /// Deletes every dead letter of the queue.
 pub(crate) async fn purge_all(
     state: State,
-    Path(queue): Path<String>,
+    PathParams(queue): PathParams<String>,
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
     let count = state.scheduler.purge_all_dead(&queue).await?;

@@ -2,14 +2,13 @@
 
 use std::time::Duration;
 
-use axum::extract::Path;
 use axum::Json;
 use bytes::Bytes;
 use delayq_engine::{ScheduleRequest, When};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{queue_name, task_ref, Body};
+use super::{queue_name, task_ref, Body, PathParams};
 use crate::error::ApiError;
 use crate::{json, time, State};
 
@@ -64,7 +63,7 @@ impl TaskBody {
 /// Schedules (or replaces) one task; answers as `delayq schedule`.
 pub(crate) async fn schedule(
     state: State,
-    Path((queue, id)): Path<(String, String)>,
+    PathParams((queue, id)): PathParams<(String, String)>,
     Body(body): Body<TaskBody>,
 ) -> Result<Json<Value>, ApiError> {
     task_ref(&queue, &id)?;
@@ -84,7 +83,7 @@ pub(crate) async fn schedule(
 /// A bad item fails alone, reported by its index.
 pub(crate) async fn schedule_many(
     state: State,
-    Path(queue): Path<String>,
+    PathParams(queue): PathParams<String>,
     Body(items): Body<Vec<Value>>,
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
@@ -139,7 +138,7 @@ pub(crate) async fn schedule_many(
 /// The task as `delayq get` prints it; 404 when unknown.
 pub(crate) async fn get(
     state: State,
-    Path((queue, id)): Path<(String, String)>,
+    PathParams((queue, id)): PathParams<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     task_ref(&queue, &id)?;
     match state.scheduler.get(&queue, &id).await? {
@@ -153,7 +152,7 @@ pub(crate) async fn get(
 /// Cancels the task; answers as `delayq cancel`.
 pub(crate) async fn cancel(
     state: State,
-    Path((queue, id)): Path<(String, String)>,
+    PathParams((queue, id)): PathParams<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     task_ref(&queue, &id)?;
     let outcome = state.scheduler.cancel(&queue, &id).await?;
