@@ -64,7 +64,9 @@ use delayq_engine::Scheduler;
 
 pub use error::{redact_urls, ApiError, HttpError};
 pub use metrics_exporter_prometheus::PrometheusHandle;
-pub use prometheus::{install_prometheus, prometheus_builder, DURATION_BUCKETS, LATENESS_BUCKETS};
+pub use prometheus::{
+    install_prometheus, prometheus_builder, DURATION_BUCKETS, LATENESS_BUCKETS, METRIC_NAMES,
+};
 pub use routes::cluster::CLUSTER_NOW_HEADER;
 
 /// Room for the JSON around a payload of `max_payload` bytes (keys, escapes, a bulk list).

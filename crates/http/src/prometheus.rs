@@ -31,6 +31,22 @@ pub const DURATION_BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
+/// Every metric delayq records (the names of DESIGN.md; histograms add `_bucket`, `_sum`
+/// and `_count` series).
+pub const METRIC_NAMES: &[&str] = &[
+    "delayq_tasks_scheduled_total",
+    "delayq_tasks_fired_total",
+    "delayq_tasks_completed_total",
+    "delayq_fire_lateness_seconds",
+    "delayq_handler_duration_seconds",
+    "delayq_queue_tasks",
+    "delayq_partitions_owned",
+    "delayq_cluster_members",
+    "delayq_prefetched_tasks",
+    "delayq_lease_expired_total",
+    "delayq_redis_errors_total",
+];
+
 /// How long one refresh of the queue counts may take before the scrape goes on without it.
 const REFRESH_TIMEOUT: Duration = Duration::from_secs(2);
 

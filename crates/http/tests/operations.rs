@@ -238,11 +238,55 @@ async fn nodes_readiness_and_metrics_agree_with_what_fired() {
         0.0
     );
     assert_eq!(sample(&text, "delayq_cluster_members", &[]), 2.0);
+    assert!(
+        text.lines()
+            .any(|line| line.starts_with("delayq_prefetched_tasks ")),
+        "{text}"
+    );
     let lateness = api.ok("/v1/lateness").await;
     assert_eq!(lateness["metered"]["count"], 25, "{lateness}");
 
     first.shutdown().await.expect("shutdown");
     second.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_gauges_come_from_a_cached_read_not_a_scan_per_scrape() {
+    let server = redis();
+    let config = config(&server.url());
+    let scheduler = producer(&config).await;
+    let mut cached = options(&scheduler);
+    cached.queue_stats_ttl = Duration::from_secs(3600);
+    let api = Api::new(serve(&scheduler, cached).await);
+    let schedule = |ids: std::ops::Range<u32>| {
+        let items: Vec<_> = ids
+            .map(|i| json!({"id": format!("c{i}"), "delay_ms": 3_600_000}))
+            .collect();
+        api.call("POST", "/v1/queues/gauge-cache/tasks", Some(json!(items)))
+    };
+    assert_eq!(schedule(0..3).await.0, 200);
+    let pending = [("queue", "gauge-cache"), ("state", "pending")];
+    let first = api.metrics().await;
+    assert_eq!(sample(&first, "delayq_queue_tasks", &pending), 3.0);
+    assert_eq!(schedule(3..5).await.0, 200);
+    assert_eq!(api.ok("/v1/queues").await["gauge-cache"]["pending"], 5);
+    for _ in 0..3 {
+        let text = api.metrics().await;
+        assert_eq!(
+            sample(&text, "delayq_queue_tasks", &pending),
+            3.0,
+            "a scrape within the TTL reuses the last read"
+        );
+    }
+    assert_eq!(
+        sample(
+            &api.metrics().await,
+            "delayq_tasks_scheduled_total",
+            &[("queue", "gauge-cache")]
+        ),
+        5.0,
+        "counters are live"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,7 +329,12 @@ async fn redis_down_is_503_and_never_shows_the_password() {
         .await;
     assert_eq!(status, 503, "{body}");
     bodies.push_str(&body.to_string());
-    bodies.push_str(&api.metrics().await);
+    let metrics = api.metrics().await;
+    assert!(
+        sample(&metrics, "delayq_redis_errors_total", &[]) >= 1.0,
+        "failed calls are counted: {metrics}"
+    );
+    bodies.push_str(&metrics);
     bodies.push_str(&api.get("/").await.1.to_string());
     assert!(!bodies.contains(password), "the password leaked: {bodies}");
     assert_eq!(api.get("/healthz").await.0, 200, "the process is still up");
