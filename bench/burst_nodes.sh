@@ -1,10 +1,11 @@
 #!/bin/bash
+# Part of BENCHMARKS.md (issue 10). Needs redis-server, redis-cli and python3.
 # Burst of N tasks due at one instant through 3 `delayq node --handler log` processes on one
 # redis-server; prints tasks/s (N / (last fired - due)) and Redis CPU µs per fired task in the
 # fire phase (INFO cpu, sampled at the due instant and when the last task fired).
 # usage: run.sh BINARY PORT [N]
 BIN=$1; P=$2; N=${3:-100000}
-D=$(mktemp -d /tmp/bn/run.XXXX)
+D=$(mktemp -d)
 redis-server --port $P --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --dir $D --logfile $D/redis.log
 sleep 0.3
 cat > $D/cluster.yaml <<YAML
