@@ -4,9 +4,11 @@
 //! Knows nothing of tasks.
 //!
 //! - [`Coordinator`]: register, heartbeat with a TTL, detect dead nodes, follow the
-//!   membership, send wake-ups (received through a bounded, coalescing [`WakeupReceiver`]),
-//!   leave. Backends: [`RedisCoordinator`] and
-//!   [`MemoryCoordinator`] (many nodes in one process over a shared [`MemoryCluster`]).
+//!   membership, listen to the wake-ups of the partitions this node owns and send wake-ups
+//!   (received through a bounded, coalescing [`WakeupReceiver`]), leave. Backends:
+//!   [`RedisCoordinator`] (one Redis server, a Redis Cluster or a Sentinel-watched master,
+//!   with TLS and ACL users, through delayq-redis) and [`MemoryCoordinator`] (many nodes in
+//!   one process over a shared [`MemoryCluster`]).
 //! - [`ClusterClock`]: Redis `TIME` as an offset from the local clock, which is monotonic (a
 //!   step of the wall clock never moves it).
 //! - [`owner`] / [`owned_partitions`]: rendezvous hashing of `(queue, partition)` over the
@@ -19,10 +21,11 @@
 //! use std::sync::Arc;
 //! use delayq_coordinator::{
 //!     owned_partitions, Coordinator, CoordinatorConfig, MemoryCluster, MemoryCoordinator,
-//!     SystemClock,
+//!     SystemClock, Wakeup,
 //! };
 //!
-//! // Two nodes in one process (`RedisCoordinator::join(url, ..)` is the same on Redis).
+//! // Two nodes in one process (`RedisCoordinator::join(connect_options, ..)` is the same on
+//! // Redis).
 //! let cluster = MemoryCluster::new();
 //! let config = CoordinatorConfig::default();
 //! let a = MemoryCoordinator::join(&cluster, config.clone(), Arc::new(SystemClock)).await?;
@@ -34,6 +37,13 @@
 //! let mine = owned_partitions(a.node_id(), "order-timeout", 64, &membership.members);
 //! let theirs = owned_partitions(b.node_id(), "order-timeout", 64, &membership.members);
 //! assert_eq!(mine.len() + theirs.len(), 64);
+//!
+//! // Each node listens to the wake-ups of the partitions it owns: a wake-up reaches the owner.
+//! let mut wakeups = a.take_wakeups().expect("a member's wake-ups");
+//! a.listen(mine.iter().map(|&p| ("order-timeout".to_owned(), p)).collect());
+//! let wakeup = Wakeup { queue: "order-timeout".into(), partition: mine[0], due_ms: 0 };
+//! b.wake(wakeup.clone()).await?;
+//! assert_eq!(wakeups.recv().await, Some(wakeup));
 //!
 //! // A graceful leave hands everything over at once.
 //! b.leave().await?;

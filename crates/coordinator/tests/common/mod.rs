@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod scenarios;
+pub mod topology;
 
 use std::future::Future;
 use std::sync::Arc;
