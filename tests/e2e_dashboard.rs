@@ -1,71 +1,49 @@
-//! End-to-end: the dashboard in a real headless Chromium (Debian's `chromium`), served by a
-//! `delayq node --listen` against a real redis-server. It shows the queues, the node and a
-//! dead letter; clicking Retry moves the dead letter back to pending; the page logs no
-//! console error; a screenshot is written to `target/dashboard.png` for people to look at.
+//! End-to-end: the dashboard in a real headless Chromium (Debian's `chromium`), against a
+//! real redis-server and real `delayq` processes, at laptop size (1280x800).
+//!
+//! - Served by a `delayq node --listen`: it shows the queues (with the node's lateness),
+//!   the node, upcoming tasks and dead letters; a look-up by id works; a task scheduled
+//!   after the page loaded appears without a reload; Retry and Purge (through the page's
+//!   confirmation) act on one dead letter; a screenshot goes to `target/dashboard.png`.
+//! - Served by `delayq serve` with a token: the page asks for the token once (again only
+//!   after a refused one), sends it as a header (no cookie), lists a node that joined after
+//!   it started, and retries and purges all the dead letters of a queue.
+//!
+//! Neither page may log a console error. Without Chromium both tests print one SKIPPED line
+//! (past the test harness's output capture) and pass.
 
 mod common;
+mod e2e_http_support;
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use chromiumoxide::browser::{Browser, BrowserConfig};
-use chromiumoxide::cdp::browser_protocol::log::{EnableParams, EventEntryAdded, LogEntryLevel};
-use chromiumoxide::cdp::browser_protocol::page::CaptureScreenshotFormat;
-use chromiumoxide::cdp::js_protocol::runtime::{
-    ConsoleApiCalledType, EventConsoleApiCalled, EventExceptionThrown,
+use chromiumoxide::page::Page;
+use common::{logged_http_url, wait_for_dead, wait_until, Env, NodeProcess};
+use e2e_http_support::{
+    chromium, click, eval, fill, screenshot_path, wait_for, wait_for_text, Chromium, Serve, WAIT,
 };
-use chromiumoxide::page::{Page, ScreenshotParams};
-use common::{logged_http_url, wait_for_dead, Env};
-use futures::StreamExt;
 
-/// Where Debian's package puts the browser.
-const CHROMIUM: &str = "/usr/bin/chromium";
-const WAIT: Duration = Duration::from_secs(20);
-
-fn chromium() -> Option<PathBuf> {
-    let path =
-        std::env::var_os("DELAYQ_CHROMIUM").map_or_else(|| PathBuf::from(CHROMIUM), PathBuf::from);
-    path.exists().then_some(path)
-}
+/// One browser at a time: the machine running the suite may be small.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_shows_the_cluster_and_retries_a_dead_letter() {
-    let Some(browser_path) = chromium() else {
-        eprintln!("SKIPPED dashboard_shows_the_cluster_and_retries_a_dead_letter: no Chromium at {CHROMIUM} (apt-get install -y chromium)");
-        return;
-    };
+async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
+    let Some(chromium) = chromium() else { return };
     let env = Env::start("queue_defaults:\n  max_attempts: 1\n  partitions: 8\n");
-
-    // A dead letter in `payments`, made by a node that then leaves (so a retry stays pending).
-    let mut failing = env.spawn_node(
-        "payments",
-        &[
-            "--queue",
+    let mut failing = failing_node(&env, &["payments"]);
+    for id in ["pay-1042", "pay-1043"] {
+        env.json(&[
+            "schedule",
             "payments",
-            "--handler",
-            "exec",
-            "--",
-            "sh",
-            "-c",
-            "echo 'card declined: insufficient funds' >&2; exit 3",
-        ],
-    );
-    env.json(&[
-        "schedule",
-        "payments",
-        "pay-1042",
-        "--in",
-        "0s",
-        "--payload",
-        "{\"order\":1042}",
-    ]);
-    wait_for_dead(&env, "payments", 1);
-    failing.terminate();
-    assert!(failing
-        .wait_exit(WAIT)
-        .is_some_and(|status| status.success()));
+            id,
+            "--in",
+            "0s",
+            "--payload",
+            "{\"order\":1042}",
+        ]);
+    }
+    wait_for_dead(&env, "payments", 2);
+    stop(&mut failing);
     for (id, delay) in [("pay-2001", "20m"), ("pay-2002", "45m"), ("pay-2003", "3h")] {
+        let payload = "{\"amount\":1999,\"currency\":\"EUR\"}";
         env.json(&[
             "schedule",
             "payments",
@@ -73,202 +51,276 @@ async fn dashboard_shows_the_cluster_and_retries_a_dead_letter() {
             "--in",
             delay,
             "--payload",
-            "{\"amount\":1999}",
+            payload,
         ]);
     }
-
-    // The node that serves the dashboard fires `orders`.
-    let web = env.spawn_node("web", &["--queue", "orders", "--listen", "127.0.0.1:0"]);
+    let mut command = env.command(&["node", "--queue", "orders", "--listen", "127.0.0.1:0"]);
+    command.env("DELAYQ_NODE_NAME", "web-1");
+    let web = NodeProcess::spawn("web-1", command);
     let url = logged_http_url(&web.stderr_text()).expect("the node logged its URL");
     for index in 0..20 {
         env.json(&["schedule", "orders", &format!("o-{index}"), "--in", "0s"]);
     }
     env.json(&["schedule", "orders", "o-later", "--in", "30m"]);
-    common::wait_until(
+    wait_until(
         WAIT,
         "the orders to fire",
         || web.fires.distinct() == 20,
         || web.stderr_text(),
     );
 
-    let profile = tempfile::tempdir().expect("a browser profile directory");
-    let (mut browser, mut handler) = Browser::launch(
-        BrowserConfig::builder()
-            .chrome_executable(&browser_path)
-            .no_sandbox()
-            .user_data_dir(profile.path())
-            .window_size(1440, 1100)
-            .viewport(None)
-            .args([
-                "--headless",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--hide-scrollbars",
-            ])
-            .build()
-            .expect("a browser configuration"),
-    )
-    .await
-    .expect("launch chromium");
-    let events = tokio::spawn(async move { while handler.next().await.is_some() {} });
-
-    let page = browser.new_page("about:blank").await.expect("a page");
-    let problems = watch_console(&page).await;
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Chromium::launch(&chromium).await;
+    let page = &browser.page;
     page.goto(url.as_str()).await.expect("open the dashboard");
-
     let text = wait_for_text(
-        &page,
-        &["payments", "orders", "card declined", "pay-2001"],
-        &problems,
+        page,
+        &["payments", "orders", "card declined", "pay-2001", "web-1"],
     )
     .await;
-    assert!(text.contains("e2e"), "the node's name is shown: {text}");
-    wait_for(&page, "the orders' lateness", "document.querySelector('#queues tr[data-queue=\"orders\"] td:nth-child(7)').textContent.includes('ms')").await;
+    assert!(!text.contains("Token required"), "no token, no dialog");
     wait_for(
-        &page,
-        "one node row",
-        "document.querySelectorAll('#nodes tbody tr').length === 1",
+        page,
+        "the orders' lateness",
+        "$text('#queues tr[data-queue=\"orders\"] td:nth-child(7)').includes('ms')",
     )
     .await;
-    let screenshot = screenshot_path();
-    page.save_screenshot(
-        ScreenshotParams::builder()
-            .format(CaptureScreenshotFormat::Png)
-            .full_page(true)
-            .build(),
-        &screenshot,
+    wait_for(
+        page,
+        "two dead letters",
+        "$count('#dead tr[data-id]') === 2",
     )
-    .await
-    .expect("write the screenshot");
+    .await;
+    wait_for(
+        page,
+        "one node",
+        "$count('#nodes tbody tr[data-node]') === 1",
+    )
+    .await;
 
-    // Retry the dead letter: it leaves the dead letters and is pending again.
-    page.find_element("#dead tr[data-id=\"pay-1042\"] button[data-action=\"retry\"]")
-        .await
-        .expect("the retry button")
-        .click()
-        .await
-        .expect("click retry");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let task = env.json(&["get", "payments", "pay-1042"]);
-        if task["state"] == "pending" {
-            assert_eq!(task["attempt"], 1, "{task}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the dead letter was not retried: {task}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Look-up by id.
+    fill(page, "#lookup input[name=queue]", "payments").await;
+    fill(page, "#lookup input[name=id]", "pay-2001").await;
+    click(page, "#lookup button[type=submit]").await;
     wait_for(
-        &page,
-        "the dead letter to leave the table",
+        page,
+        "the looked-up task",
+        "$text('#lookup-result .state') === 'pending'",
+    )
+    .await;
+    let found: String = eval(page, "$text('#lookup-result dl')").await;
+    assert!(
+        found.contains("pay-2001")
+            && found.contains(r#"{"amount":1999"#)
+            && !found.contains("[object"),
+        "the look-up lists the task's fields: {found}"
+    );
+    wait_for(
+        page,
+        "the page to stay at laptop width",
+        "document.documentElement.scrollWidth <= window.innerWidth",
+    )
+    .await;
+
+    // The page refreshes itself: a task scheduled now appears without a reload.
+    env.json(&["schedule", "payments", "pay-3000", "--in", "10m"]);
+    wait_for(
+        page,
+        "pay-3000 among the upcoming",
+        "$text('#pending').includes('pay-3000')",
+    )
+    .await;
+    browser.screenshot(&screenshot_path()).await;
+
+    // Retry one: pending again with attempt 1, gone from the dead letters.
+    click(
+        page,
+        "#dead tr[data-id=\"pay-1042\"] button[data-action=\"retry\"]",
+    )
+    .await;
+    wait_until(
+        WAIT,
+        "pay-1042 pending again",
+        || {
+            let task = env.json(&["get", "payments", "pay-1042"]);
+            task["state"] == "pending" && task["attempt"] == 1
+        },
+        || env.json(&["get", "payments", "pay-1042"]).to_string(),
+    );
+    wait_for(
+        page,
+        "pay-1042 to leave the dead letters",
         "!document.querySelector('#dead tr[data-id=\"pay-1042\"]')",
     )
     .await;
     wait_for(
-        &page,
-        "the retried task among the upcoming",
-        "document.querySelector('#pending').textContent.includes('pay-1042')",
+        page,
+        "pay-1042 among the upcoming",
+        "$text('#pending').includes('pay-1042')",
     )
     .await;
 
-    let problems = problems.lock().expect("lock").clone();
-    assert!(problems.is_empty(), "console errors: {problems:?}");
-    browser.close().await.expect("close the browser");
-    let _ = browser.wait().await;
-    events.abort();
-    eprintln!("dashboard screenshot: {}", screenshot.display());
-}
-
-/// Collects console errors, uncaught exceptions and failed loads.
-async fn watch_console(page: &Page) -> Arc<Mutex<Vec<String>>> {
-    let problems = Arc::new(Mutex::new(Vec::new()));
-    page.execute(EnableParams::default())
-        .await
-        .expect("enable the log domain");
-    let mut console = page
-        .event_listener::<EventConsoleApiCalled>()
-        .await
-        .expect("console events");
-    let mut exceptions = page
-        .event_listener::<EventExceptionThrown>()
-        .await
-        .expect("exception events");
-    let mut log = page
-        .event_listener::<EventEntryAdded>()
-        .await
-        .expect("log events");
-    let sink = problems.clone();
-    tokio::spawn(async move {
-        loop {
-            let problem = tokio::select! {
-                Some(event) = console.next() => (event.r#type == ConsoleApiCalledType::Error)
-                    .then(|| format!("console.error: {:?}", event.args.iter().map(|arg| arg.value.clone()).collect::<Vec<_>>())),
-                Some(event) = exceptions.next() => Some(format!("exception: {:?}", event.exception_details.text)),
-                Some(event) = log.next() => (event.entry.level == LogEntryLevel::Error)
-                    .then(|| format!("log: {} {:?}", event.entry.text, event.entry.url)),
-                else => break,
-            };
-            if let Some(problem) = problem {
-                sink.lock().expect("lock").push(problem);
-            }
-        }
-    });
-    problems
-}
-
-/// Waits until the page's text contains every needle; returns the text.
-async fn wait_for_text(page: &Page, needles: &[&str], problems: &Mutex<Vec<String>>) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let text: String = page
-            .evaluate("document.body.innerText")
-            .await
-            .ok()
-            .and_then(|result| result.into_value().ok())
-            .unwrap_or_default();
-        if needles.iter().all(|needle| text.contains(needle)) {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the page never showed {needles:?}: {text}; console: {:?}",
-            problems.lock().expect("lock")
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Waits until the JavaScript condition holds.
-async fn wait_for(page: &Page, what: &str, condition: &str) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let holds: bool = page
-            .evaluate(format!("Boolean({condition})"))
-            .await
-            .ok()
-            .and_then(|result| result.into_value().ok())
-            .unwrap_or(false);
-        if holds {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// `target/dashboard.png` of this workspace.
-fn screenshot_path() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target"),
-        PathBuf::from,
+    // Purge one, through the page's confirmation.
+    click(
+        page,
+        "#dead tr[data-id=\"pay-1043\"] button[data-action=\"purge\"]",
+    )
+    .await;
+    wait_for(
+        page,
+        "the confirmation",
+        "document.getElementById('confirm-dialog').open",
+    )
+    .await;
+    click(page, "#confirm-ok").await;
+    wait_until(
+        WAIT,
+        "pay-1043 purged",
+        || !env.run(&["get", "payments", "pay-1043"]).status.success(),
+        String::new,
     );
-    std::fs::create_dir_all(&target).expect("the target directory");
-    target.join("dashboard.png")
+    wait_for(
+        page,
+        "no dead letters left",
+        "$text('#dead').includes('No dead letters')",
+    )
+    .await;
+
+    browser.finish(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_of_serve_asks_for_the_token_once_and_retries_and_purges_all() {
+    let Some(chromium) = chromium() else { return };
+    let env = Env::start("queue_defaults:\n  max_attempts: 1\n  partitions: 4\n");
+    let mut failing = failing_node(&env, &["jobs", "mail"]);
+    for id in ["job-1", "job-2", "job-3"] {
+        env.json(&["schedule", "jobs", id, "--in", "0s"]);
+    }
+    env.json(&["schedule", "mail", "mail-1", "--in", "0s"]);
+    env.json(&["schedule", "mail", "mail-2", "--in", "0s"]);
+    wait_for_dead(&env, "jobs", 3);
+    wait_for_dead(&env, "mail", 2);
+    stop(&mut failing);
+    let serve = Serve::start(
+        &env,
+        &["--listen", "127.0.0.1:0"],
+        &[("DELAYQ_HTTP_TOKEN", "t0ken")],
+    );
+    // A node that joins after `serve` started must still show up on its page.
+    let mut command = env.command(&["node", "--queue", "other"]);
+    command.env("DELAYQ_NODE_NAME", "late-joiner");
+    let _late = NodeProcess::spawn("late-joiner", command);
+
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Chromium::launch(&chromium).await;
+    let page = &browser.page;
+    // Counts the token prompts, across reloads of the tab.
+    page.evaluate_on_new_document(
+        "const show = HTMLDialogElement.prototype.showModal;
+         HTMLDialogElement.prototype.showModal = function () {
+           if (this.id === 'token-dialog') sessionStorage.setItem('asks', String(Number(sessionStorage.getItem('asks') || 0) + 1));
+           return show.call(this);
+         };",
+    )
+    .await
+    .expect("install the prompt counter");
+    page.goto(serve.url.as_str())
+        .await
+        .expect("open the dashboard");
+    wait_for(
+        page,
+        "the token prompt",
+        "document.getElementById('token-dialog').open",
+    )
+    .await;
+    fill(page, "#token-input", "wrong").await;
+    click(page, "#token-form button[type=submit]").await;
+    wait_for(page, "the prompt again, saying it was refused", "document.getElementById('token-dialog').open && !document.getElementById('token-refused').hidden").await;
+    fill(page, "#token-input", "t0ken").await;
+    click(page, "#token-form button[type=submit]").await;
+    wait_for_text(page, &["jobs", "mail", "late-joiner"]).await;
+    assert_stays_signed_in(page).await;
+
+    click(page, "#queues tr[data-queue=\"jobs\"]").await;
+    wait_for(page, "three dead jobs", "$count('#dead tr[data-id]') === 3").await;
+    click(page, "#retry-all").await;
+    wait_until(
+        WAIT,
+        "the jobs pending again",
+        || {
+            let stats = env.stats("jobs");
+            stats["dead"] == 0 && stats["pending"] == 3
+        },
+        || format!("{:?}", env.stats("jobs")),
+    );
+    wait_for(
+        page,
+        "the retried jobs among the upcoming",
+        "$count('#pending tr[data-id]') === 3",
+    )
+    .await;
+
+    click(page, "#queues tr[data-queue=\"mail\"]").await;
+    wait_for(page, "two dead mails", "$count('#dead tr[data-id]') === 2").await;
+    click(page, "#purge-all").await;
+    wait_for(
+        page,
+        "the confirmation",
+        "document.getElementById('confirm-dialog').open",
+    )
+    .await;
+    click(page, "#confirm-ok").await;
+    wait_until(
+        WAIT,
+        "the mail dead letters purged",
+        || env.stats("mail")["dead"] == 0,
+        || format!("{:?}", env.stats("mail")),
+    );
+
+    page.reload().await.expect("reload");
+    wait_for_text(page, &["jobs", "mail", "late-joiner"]).await;
+    assert_stays_signed_in(page).await;
+    // The prompt's own 401s are the browser's network log, not errors of the page.
+    browser.finish(&["401 (Unauthorized)"]).await;
+    drop(serve);
+}
+
+/// After a few refreshes: still no prompt beyond the first two (the refused token and the
+/// right one), and no cookie.
+async fn assert_stays_signed_in(page: &Page) {
+    let first = eval::<String>(page, "$text('#updated')").await;
+    wait_for(
+        page,
+        "two more refreshes",
+        &format!("$text('#updated') !== {first:?}"),
+    )
+    .await;
+    let second = eval::<String>(page, "$text('#updated')").await;
+    wait_for(
+        page,
+        "another refresh",
+        &format!("$text('#updated') !== {second:?}"),
+    )
+    .await;
+    assert!(!eval::<bool>(page, "document.getElementById('token-dialog').open").await);
+    assert_eq!(
+        eval::<String>(page, "sessionStorage.getItem('asks')").await,
+        "2"
+    );
+    assert_eq!(eval::<String>(page, "document.cookie").await, "");
+}
+
+/// A node whose handler fails every task of `queues` with "card declined".
+fn failing_node(env: &Env, queues: &[&str]) -> NodeProcess {
+    let mut args: Vec<&str> = queues.iter().flat_map(|queue| ["--queue", queue]).collect();
+    args.extend(["--handler", "exec", "--", "sh", "-c"]);
+    args.push("echo 'card declined: insufficient funds' >&2; exit 3");
+    env.spawn_node("failing", &args)
+}
+
+/// Stops a node gracefully (so what is retried later stays pending).
+fn stop(node: &mut NodeProcess) {
+    node.terminate();
+    assert!(node.wait_exit(WAIT).is_some_and(|status| status.success()));
 }

@@ -2,10 +2,12 @@
 //! real redis-server and a real node, with their JSON and exit codes.
 
 mod common;
+mod e2e_http_support;
 
 use std::time::Duration;
 
-use common::{wait_for_dead, Env};
+use common::{http_call, wait_for_dead, Env};
+use e2e_http_support::Serve;
 use serde_json::json;
 
 fn exit_code(env: &Env, args: &[&str]) -> (Option<i32>, String) {
@@ -85,6 +87,17 @@ fn dead_letters_are_listed_retried_and_purged_from_the_cli() {
         .filter_map(|t| t["id"].as_str())
         .collect();
     assert_eq!(ids, ["fail-a", "later"], "{pending}");
+    // The HTTP API answers with the very objects the CLI prints.
+    let serve = Serve::start(&env, &["--listen", "127.0.0.1:0"], &[]);
+    for (cli, path) in [
+        (["pending", "jobs", "--json"], "/v1/queues/jobs/pending"),
+        (["dead", "jobs", "--json"], "/v1/queues/jobs/dead"),
+    ] {
+        let (status, over_http) = http_call("GET", &format!("{}{path}", serve.url), None, None);
+        assert_eq!(status, 200, "{path}: {over_http}");
+        assert_eq!(over_http, env.json(&cli), "{path}");
+    }
+    drop(serve);
     let table = String::from_utf8_lossy(&env.run(&["pending", "jobs"]).stdout).into_owned();
     assert!(
         table.starts_with("ID") && table.contains("DUE_IN") && table.contains("later"),

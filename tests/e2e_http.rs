@@ -2,88 +2,13 @@
 //! /metrics from the binary, configured by flags, cluster.yaml and the environment.
 
 mod common;
+mod e2e_http_support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{http_call, logged_http_url, wait_until, Env};
+use common::{http_call, logged_http_url, wait_until, Env, NodeProcess};
+use e2e_http_support::{Serve, WAIT};
 use serde_json::json;
-
-/// A running `delayq serve`, killed when dropped.
-struct Serve {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    url: String,
-}
-
-impl Serve {
-    fn start(env: &Env, args: &[&str], envs: &[(&str, &str)]) -> Serve {
-        let mut command = env.command(&["serve"]);
-        command.args(args).envs(envs.iter().copied());
-        command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn delayq serve");
-        let pipe = child.stderr.take().expect("stderr is piped");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let mut text = sink.lock().expect("stderr lock");
-                text.push_str(&line);
-                text.push('\n');
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let url = loop {
-            if let Some(url) = logged_http_url(&stderr.lock().expect("stderr lock")) {
-                break url;
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "delayq serve exited with {status}: {}",
-                    stderr.lock().expect("lock")
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "delayq serve did not listen: {}",
-                stderr.lock().expect("lock")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Serve { child, stderr, url }
-    }
-
-    fn terminate_and_wait(mut self) -> Option<i32> {
-        let pid = self.child.id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "serve did not stop: {}",
-                self.stderr.lock().expect("lock")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[test]
 fn serve_speaks_the_cli_objects_behind_a_token_and_joins_no_cluster() {
@@ -206,4 +131,76 @@ fn a_bad_listen_address_is_a_usage_error() {
         stderr.contains("http.listen") && stderr.contains("nowhere:x"),
         "{stderr}"
     );
+}
+
+#[test]
+fn serve_follows_nodes_joining_and_leaving_and_never_shows_the_redis_password() {
+    let password = "pa55-w0rd-never-shown";
+    let mut env = Env::start("");
+    env.redis
+        .command(&["CONFIG", "SET", "requirepass", password])
+        .expect("set a password");
+    let url = format!("redis://:{password}@127.0.0.1:{}/0", env.redis.port());
+    let serve = Serve::start(
+        &env,
+        &["--listen", "127.0.0.1:0"],
+        &[("DELAYQ_REDIS_URL", url.as_str())],
+    );
+    let get = |path: &str| http_call("GET", &format!("{}{path}", serve.url), None, None);
+    assert_eq!(get("/v1/nodes").1, json!([]));
+
+    // A node that joins after `serve` started shows up, and goes when it leaves.
+    let mut command = env.command(&["node"]);
+    command.env("DELAYQ_REDIS_URL", &url);
+    let mut node = NodeProcess::spawn("joiner", command);
+    let id = node.node_id();
+    wait_until(
+        WAIT,
+        "the node in /v1/nodes",
+        || get("/v1/nodes").1[0]["id"].as_str() == Some(id.as_str()),
+        || get("/v1/nodes").1.to_string(),
+    );
+    let (status, _) = http_call(
+        "PUT",
+        &format!("{}/v1/queues/q/tasks/a", serve.url),
+        None,
+        Some(json!({"delay_ms": 0})),
+    );
+    assert_eq!(status, 200);
+    wait_until(
+        WAIT,
+        "the task to fire",
+        || node.fires.len() == 1,
+        String::new,
+    );
+    let mut seen = String::new();
+    for path in ["/v1/nodes", "/v1/queues", "/", "/readyz", "/metrics"] {
+        let (status, body) = get(path);
+        assert_eq!(status, 200, "{path}: {body}");
+        seen.push_str(&body.to_string());
+    }
+    node.terminate();
+    assert!(node.wait_exit(WAIT).is_some_and(|status| status.success()));
+    wait_until(
+        WAIT,
+        "the node gone from /v1/nodes",
+        || get("/v1/nodes").1 == json!([]),
+        || get("/v1/nodes").1.to_string(),
+    );
+
+    // Redis gone: 503s, and a command's error, without the password.
+    env.redis.stop();
+    for path in ["/v1/queues", "/v1/nodes", "/readyz"] {
+        let (status, body) = get(path);
+        assert_eq!(status, 503, "{path}: {body}");
+        seen.push_str(&body.to_string());
+    }
+    let mut stats = env.command(&["stats"]);
+    stats.env("DELAYQ_REDIS_URL", &url);
+    let output = common::run_with_deadline(stats, None);
+    assert_eq!(output.status.code(), Some(1));
+    seen.push_str(&String::from_utf8_lossy(&output.stderr));
+    seen.push_str(&serve.stderr_text());
+    seen.push_str(&node.stderr_text());
+    assert!(!seen.contains(password), "the password leaked: {seen}");
 }

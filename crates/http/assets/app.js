@@ -8,11 +8,20 @@ const REFRESH_MS = 2000;
 const LIST_LIMIT = 50;
 const TOKEN_KEY = "delayq-token";
 
+function meta(name) {
+  const tag = document.querySelector(`meta[name="${name}"]`);
+  return tag ? tag.content : "";
+}
+
 const state = {
   selected: decodeURIComponent((location.hash.match(/queue=([^&]+)/) || [])[1] || ""),
   paused: false,
   timer: null,
   askingToken: null,
+  readOnly: meta("delayq-read-only") === "true",
+  fires: meta("delayq-fires") === "true",
+  // Cluster clock minus this browser's clock, from the x-delayq-now-ms of each answer.
+  skewMs: 0,
 };
 
 // ---- small helpers -------------------------------------------------------------------
@@ -38,6 +47,15 @@ function count(value) {
   return numberFormat.format(value || 0);
 }
 
+function plural(n, word) {
+  return `${word}${n === 1 ? "" : "s"}`;
+}
+
+// Now on the cluster clock (due times and heartbeats are cluster times).
+function now() {
+  return Date.now() + state.skewMs;
+}
+
 // A duration in ms as a short text: "850 ms", "4.2 s", "3 m 04 s", "5 h 12 m", "3 d 4 h".
 function duration(ms) {
   const sign = ms < 0 ? "−" : "";
@@ -54,9 +72,8 @@ function duration(ms) {
 
 function clock(ms) {
   const date = new Date(ms);
-  const today = new Date();
   const time = date.toLocaleTimeString("en-GB", { hour12: false });
-  if (date.toDateString() === today.toDateString()) return time;
+  if (date.toDateString() === new Date(now()).toDateString()) return time;
   return `${date.toISOString().slice(0, 10)} ${time}`;
 }
 
@@ -84,6 +101,18 @@ function banner(message) {
   box.hidden = !message;
 }
 
+// Asks "are you sure?" in the page's own dialog; resolves to true on the action button.
+function confirmAction(text, actionLabel) {
+  const dialog = document.getElementById("confirm-dialog");
+  document.getElementById("confirm-text").textContent = text;
+  document.getElementById("confirm-ok").textContent = actionLabel;
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.returnValue = "";
+    dialog.showModal();
+  });
+}
+
 // ---- the API -------------------------------------------------------------------------
 
 class ApiError extends Error {
@@ -98,7 +127,7 @@ function askToken(wrong) {
   const dialog = document.getElementById("token-dialog");
   const input = document.getElementById("token-input");
   input.value = "";
-  input.placeholder = wrong ? "that token was refused; try again" : "token";
+  document.getElementById("token-refused").hidden = !wrong;
   state.askingToken = new Promise((resolve) => {
     dialog.addEventListener("close", () => {
       sessionStorage.setItem(TOKEN_KEY, input.value.trim());
@@ -123,6 +152,8 @@ async function api(method, path, body) {
       credentials: "omit",
       cache: "no-store",
     });
+    const clusterNow = Number(response.headers.get("x-delayq-now-ms"));
+    if (clusterNow > 0) state.skewMs = clusterNow - Date.now();
     if (response.status === 401) {
       await askToken(Boolean(token));
       continue;
@@ -156,23 +187,29 @@ function cell(value, cls) {
 function renderSummary(stats, nodes) {
   const queues = Object.values(stats);
   const total = (key) => queues.reduce((sum, counts) => sum + (counts[key] || 0), 0);
-  const dead = total("dead");
   const items = [
-    ["nodes", nodes.length, nodes.length ? "ok" : "warn"],
-    ["queues", queues.length, ""],
-    ["pending", total("pending"), ""],
-    ["in flight", total("inflight"), total("inflight") ? "busy" : ""],
-    ["dead", dead, dead ? "bad" : "ok"],
+    ["node", nodes.length, nodes.length ? "ok" : "bad"],
+    ["queue", queues.length, ""],
+    ["pending", total("pending"), "", true],
+    ["in flight", total("inflight"), total("inflight") ? "busy" : "", true],
+    ["dead", total("dead"), total("dead") ? "bad" : "", true],
   ];
-  document.getElementById("summary").replaceChildren(...items.map(([label, value, tone]) =>
-    el("span", { class: `stat ${tone}` }, el("b", {}, count(value)), ` ${label}`)));
+  document.getElementById("summary").replaceChildren(...items.map(([label, value, tone, fixed]) =>
+    el("span", { class: `stat ${tone}` }, el("b", {}, count(value)), ` ${fixed ? label : plural(value, label)}`)));
 }
 
 function latenessCell(lateness, key) {
-  if (!lateness || !lateness.count) return cell("—", "num muted");
+  if (!lateness || !lateness.count) {
+    return el("td", { class: "num muted", title: state.fires ? "nothing fired here yet" : "this process fires no tasks" }, "—");
+  }
   const ms = lateness[key];
   const tone = ms <= 5 ? "ok" : ms <= 50 ? "warn" : "bad";
-  return el("td", { class: `num ${tone}-text` }, `${ms < 10 ? ms.toFixed(1) : Math.round(ms)} ms`);
+  const text = ms >= 1e9 ? "> 60 s" : `${ms < 10 ? ms.toFixed(1) : count(Math.round(ms))} ms`;
+  return el("td", { class: `num ${tone}-text`, title: `${count(lateness.count)} fired here` }, text);
+}
+
+function countCell(value, tone) {
+  return el("td", { class: `num ${value ? tone : "muted"}` }, count(value));
 }
 
 function renderQueues(stats, lateness) {
@@ -182,73 +219,72 @@ function renderQueues(stats, lateness) {
   }
   const rows = names.map((name) => {
     const counts = stats[name];
-    const selected = name === state.selected;
     return el("tr", {
-      class: `clickable${selected ? " selected" : ""}`,
+      class: `clickable${name === state.selected ? " selected" : ""}`,
       dataset: { queue: name },
       tabindex: 0,
       onclick: () => selectQueue(name),
       onkeydown: (event) => { if (event.key === "Enter") selectQueue(name); },
     },
     el("td", { class: "queue" }, name),
-    cell(count(counts.pending), "num"),
-    cell(count(counts.due_now), counts.due_now ? "num warn-text" : "num muted"),
-    cell(count(counts.inflight), counts.inflight ? "num busy-text" : "num muted"),
+    countCell(counts.pending, "pending-text"),
+    countCell(counts.due_now, "warn-text"),
+    countCell(counts.inflight, "busy-text"),
     el("td", { class: "num" }, counts.dead ? el("span", { class: "pill bad" }, count(counts.dead)) : el("span", { class: "muted" }, "0")),
-    cell(count(counts.done), "num muted"),
+    countCell(counts.done, "ok-text"),
     latenessCell(lateness[name], "p50_ms"),
     latenessCell(lateness[name], "p99_ms"));
   });
   setRows("queues", rows, "No queues yet: schedule a task and it appears here.", 8);
   for (const label of document.querySelectorAll("[data-selected-queue]")) {
-    label.textContent = state.selected ? `· ${state.selected}` : "";
+    label.textContent = state.selected || "";
   }
 }
 
 function renderNodes(nodes) {
-  const now = Date.now();
   const rows = nodes.map((node) => {
     const age = node.heartbeat_age_ms;
     const tone = age < 2000 ? "ok" : age < 5000 ? "warn" : "bad";
     const chips = Object.entries(node.partitions_by_queue || {}).map(([queue, owned]) =>
       el("span", { class: "chip" }, queue, el("b", {}, String(owned))));
-    return el("tr", {},
-      el("td", {}, el("span", { class: `dot ${tone}` }), node.name),
+    return el("tr", { dataset: { node: node.id } },
+      el("td", { class: "node-name" }, el("span", { class: `dot ${tone}` }), node.name),
       el("td", { class: "mono muted", title: node.id }, node.id.slice(0, 8)),
       cell(node.host),
       cell(node.pid, "num"),
       cell(node.version, "muted"),
-      cell(duration(Math.max(0, now - node.started_ms)), "num"),
+      cell(duration(Math.max(0, now() - node.started_ms)), "num"),
       el("td", { class: `num ${tone}-text` }, `${duration(age)} ago`),
-      cell(count(node.partitions), "num"),
+      cell(count(node.partitions), "num strong"),
       el("td", { class: "chips" }, chips.length ? chips : el("span", { class: "muted" }, "none")));
   });
   setRows("nodes", rows, "No live nodes: start one with `delayq node`.", 9);
   document.getElementById("nodes-hint").textContent =
-    nodes.length ? `${nodes.length} live, partitions by rendezvous hashing` : "";
+    nodes.length ? `${nodes.length} live · partitions by rendezvous hashing` : "";
 }
 
 function renderPending(tasks) {
-  const now = Date.now();
-  const rows = tasks.map((task) => el("tr", {},
-    el("td", { class: "mono" }, task.id),
-    cell(task.due_ms <= now ? "due" : duration(task.due_ms - now), task.due_ms <= now ? "num warn-text" : "num"),
-    cell(clock(task.due_ms), "muted"),
+  const at = now();
+  const rows = tasks.map((task) => el("tr", { dataset: { id: task.id } },
+    el("td", { class: "mono id" }, task.id),
+    cell(task.due_ms <= at ? "due" : duration(task.due_ms - at), task.due_ms <= at ? "num warn-text" : "num"),
+    cell(clock(task.due_ms), "num muted"),
     el("td", { class: "num" }, task.attempt > 1 ? el("span", { class: "pill warn", title: task.last_error || "" }, `retry ${task.attempt}`) : "1"),
     el("td", { class: "mono muted payload", title: task.payload || "" }, preview(task.payload, 60))));
   setRows("pending", rows, state.selected ? "Nothing pending." : "Select a queue.", 5);
 }
 
 function renderDead(tasks) {
+  const at = now();
   const rows = tasks.map((task) => el("tr", { dataset: { id: task.id } },
-    el("td", { class: "mono" }, task.id),
-    cell(clock(task.failed_ms), "muted"),
+    el("td", { class: "mono id" }, task.id),
+    el("td", { class: "num muted", title: clock(task.failed_ms) }, `${duration(Math.max(0, at - task.failed_ms))} ago`),
     cell(task.attempt, "num"),
     el("td", { class: "error", title: task.last_error || "" }, preview(task.last_error || "", 140)),
-    el("td", { class: "row-actions" },
+    state.readOnly ? null : el("td", {}, el("div", { class: "row-actions" },
       el("button", { type: "button", class: "action small", "data-action": "retry", onclick: () => retryOne(task.id) }, "Retry"),
-      el("button", { type: "button", class: "action small danger", "data-action": "purge", onclick: () => purgeOne(task.id) }, "Purge"))));
-  setRows("dead", rows, state.selected ? "No dead letters. 🎉" : "Select a queue.", 5);
+      el("button", { type: "button", class: "action small danger", "data-action": "purge", onclick: () => purgeOne(task.id) }, "Purge")))));
+  setRows("dead", rows, state.selected ? "No dead letters." : "Select a queue.", state.readOnly ? 4 : 5);
   const none = tasks.length === 0;
   document.getElementById("retry-all").disabled = none;
   document.getElementById("purge-all").disabled = none;
@@ -264,7 +300,10 @@ function renderTask(task) {
   fields.push(["payload", task.payload !== undefined ? task.payload : `(base64) ${task.payload_base64}`]);
   return el("div", { class: "task" },
     el("span", { class: `state ${task.state}` }, task.state),
-    el("dl", {}, fields.map(([key, value]) => [el("dt", {}, key), el("dd", { class: key === "payload" ? "mono" : "" }, String(value))])));
+    el("dl", {}, fields.flatMap(([key, value]) => [
+      el("dt", {}, key),
+      el("dd", { class: key === "payload" || key === "id" ? "mono" : "" }, String(value)),
+    ])));
 }
 
 // ---- actions -------------------------------------------------------------------------
@@ -276,7 +315,7 @@ function selectQueue(name) {
 }
 
 async function act(label, method, path, confirmText) {
-  if (confirmText && !window.confirm(confirmText)) return;
+  if (confirmText && !(await confirmAction(confirmText, "Purge"))) return;
   try {
     const result = await api(method, path);
     const n = result.retried !== undefined ? result.retried : result.purged;
@@ -346,11 +385,19 @@ async function refresh() {
       renderDead([]);
     }
     banner("");
-    document.getElementById("updated").textContent = `updated ${clock(Date.now())}`;
+    document.getElementById("updated").textContent = `updated ${clock(now())}`;
   } catch (error) {
     banner(`Cannot read the cluster: ${error.message}`);
   }
   if (!state.paused) state.timer = setTimeout(refresh, REFRESH_MS);
 }
 
+if (state.readOnly) {
+  document.body.classList.add("read-only");
+  document.getElementById("mode").hidden = false;
+}
+if (!state.fires) {
+  document.getElementById("lateness-hint").textContent =
+    "lateness is measured where tasks fire (a node's dashboard or /metrics) · ";
+}
 refresh();
