@@ -2,13 +2,17 @@
 //! `cancel` and `ack`, on the connection and master that took the write.
 //!
 //! `WAIT n timeout` waits until `n` replicas acknowledged every write made so far *on that
-//! client connection*, so it goes on the same connection as the write (the producers' or the
-//! acks' one), to the master of the write's slot. One `WAIT` covers every earlier write of its
-//! connection to that master, so concurrent callers share one: on one server or a Sentinel
-//! master per connection, on a cluster per connection and partition slot (see `batch.rs`:
-//! callers arriving while a `WAIT` is in flight join the next one, which is sent after their
-//! writes). A `WAIT` blocks its connection until it returns, which is why acks get their own
-//! connection when this is on: the claims on the firing connection never wait for replicas.
+//! client connection* to that server, so it goes on the same connection as the write (the
+//! producers' or the acks' one), to the master of the write's slot. One `WAIT` covers every
+//! earlier write of its connection to that master, so concurrent callers share them (see
+//! `batch.rs`: callers arriving while `WAIT`s are in flight join the next round, sent after
+//! their writes): on one server or a Sentinel master one `WAIT` per round; on a cluster one per
+//! master, in parallel, each routed by the slot of one of the writes it covers. The slots of a
+//! round are grouped by master by asking each slot's master who it is (`CLUSTER NODES`, the
+//! `myself` line) through the same routing as the writes, because a `WAIT` blocks its
+//! connection until it returns: a `WAIT` per slot would queue up on each master, and without
+//! replicas take `slots x timeout`. That blocking is also why acks get their own connection
+//! when this is on: the claims on the firing connection never wait for replicas.
 //!
 //! When fewer replicas confirm within the timeout, the caller gets
 //! [`StorageError::ReplicationTimeout`] (transient) after about that timeout. The write stays
@@ -21,7 +25,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use delayq_redis::{RedisConnection, TopologyKind};
+use futures::future::join_all;
 use parking_lot::Mutex;
+use redis::cluster_routing::Slot;
 
 use crate::error::{StorageError, StorageResult};
 use crate::model::{AckOutcome, LeaseToken, Partition};
@@ -51,8 +57,8 @@ type WaitReply = Result<u32, delayq_redis::Error>;
 /// The store's waiting for replicas.
 pub(crate) struct Replication {
     wait: WaitReplicas,
-    /// One `WAIT` in flight per connection and route (the slot's key on a cluster).
-    waits: Batcher<(Writer, String), (), WaitReply>,
+    /// One round of `WAIT`s in flight per connection; an item is the key a write went to.
+    waits: Batcher<Writer, String, WaitReply>,
     /// Acks applied but not confirmed, with their outcome and when.
     unconfirmed: Mutex<HashMap<LeaseToken, (AckOutcome, Instant)>>,
 }
@@ -120,21 +126,16 @@ impl RedisStore {
         };
         let route = match self.firing.kind() {
             TopologyKind::Cluster => self.keys(partition).due,
-            // One master: one WAIT covers every partition.
+            // One master: any route reaches it.
             TopologyKind::Standalone | TopologyKind::Sentinel => String::new(),
         };
         let store = self.clone();
         let reply = replication
             .waits
-            .submit(
-                operation,
-                (writer, route),
-                (),
-                move |(writer, route), items| {
-                    let store = store.clone();
-                    async move { store.wait_once(writer, &route, items.len()).await }
-                },
-            )
+            .submit(operation, writer, route, move |writer, routes| {
+                let store = store.clone();
+                async move { store.wait_round(writer, routes).await }
+            })
             .await?;
         let wanted = replication.wait.replicas;
         match reply {
@@ -173,36 +174,129 @@ impl RedisStore {
         }
     }
 
-    /// One `WAIT` for `count` callers.
-    async fn wait_once(
+    /// One round of `WAIT`s for the writes to `routes` (one per caller): one `WAIT` per
+    /// master, in parallel; one result per route.
+    async fn wait_round(
         &self,
         writer: Writer,
-        route: &str,
-        count: usize,
+        routes: Vec<String>,
     ) -> Vec<StorageResult<WaitReply>> {
-        let Some(replication) = &self.replication else {
-            return (0..count).map(|_| Ok(Ok(0))).collect();
-        };
         let connection: &RedisConnection = match writer {
             Writer::Producer => &self.producer,
             Writer::Acker => &self.acker,
         };
+        // The slots of the round, each with one of its routes.
+        let mut slots: Vec<(Slot, &str)> = Vec::new();
+        for route in &routes {
+            let slot = Slot::for_key(route);
+            if !slots.iter().any(|(seen, _)| *seen == slot) {
+                slots.push((slot, route));
+            }
+        }
+        let masters: Vec<Option<String>> = match connection.kind() {
+            TopologyKind::Cluster if slots.len() > 1 => {
+                join_all(
+                    slots
+                        .iter()
+                        .map(|(_, route)| self.node_id(connection, route)),
+                )
+                .await
+            }
+            _ => slots.iter().map(|_| Some(String::new())).collect(),
+        };
+        // Slots whose master did not say who it is wait alone.
+        let mut groups: Vec<(Option<String>, &str, Vec<Slot>)> = Vec::new();
+        for ((slot, route), master) in slots.iter().zip(masters) {
+            match groups
+                .iter_mut()
+                .find(|(id, _, _)| id.is_some() && *id == master)
+            {
+                Some((_, _, members)) => members.push(*slot),
+                None => groups.push((master, route, vec![*slot])),
+            }
+        }
+        let replies = join_all(
+            groups
+                .iter()
+                .map(|(_, route, _)| self.wait_at(connection, route)),
+        )
+        .await;
+        routes
+            .iter()
+            .map(|route| {
+                let slot = Slot::for_key(route);
+                let reply = groups
+                    .iter()
+                    .zip(&replies)
+                    .find(|((_, _, members), _)| members.contains(&slot))
+                    .map(|(_, reply)| match reply {
+                        Ok(confirmed) => Ok(*confirmed),
+                        Err(error) => Err(copy_error(error)),
+                    });
+                Ok(reply.unwrap_or(Ok(0)))
+            })
+            .collect()
+    }
+
+    /// One `WAIT` on `connection`, routed by `route`: the replicas that confirmed.
+    async fn wait_at(&self, connection: &RedisConnection, route: &str) -> WaitReply {
+        let Some(replication) = &self.replication else {
+            return Ok(0);
+        };
         let wait = replication.wait;
-        let reply = within(
+        match within(
             self.deadline,
             connection.wait_replicas(route, wait.replicas, wait.timeout),
         )
-        .await;
-        (0..count)
-            .map(|_| {
-                Ok(match &reply {
-                    Ok(confirmed) => Ok(*confirmed),
-                    Err(delayq_redis::Error::ReplicasNotConfirmed { confirmed, .. }) => {
-                        Ok(*confirmed)
-                    }
-                    Err(error) => Err(copy_error(error)),
-                })
-            })
-            .collect()
+        .await
+        {
+            Ok(confirmed) => Ok(confirmed),
+            Err(delayq_redis::Error::ReplicasNotConfirmed { confirmed, .. }) => Ok(confirmed),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The id of the master `route`'s slot is routed to (the `myself` line of its
+    /// `CLUSTER NODES`), if it answers.
+    async fn node_id(&self, connection: &RedisConnection, route: &str) -> Option<String> {
+        let mut command = redis::cmd("CLUSTER");
+        command.arg("NODES");
+        let nodes: String = within(
+            self.deadline,
+            connection.query_at_slot_of("CLUSTER NODES", route, &command),
+        )
+        .await
+        .ok()?;
+        myself(&nodes)
+    }
+}
+
+/// The node id on the `myself` line of a `CLUSTER NODES` reply.
+fn myself(nodes: &str) -> Option<String> {
+    nodes.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let id = fields.next()?;
+        let _address = fields.next()?;
+        let flags = fields.next()?;
+        flags
+            .split(',')
+            .any(|flag| flag == "myself")
+            .then(|| id.to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::myself;
+
+    #[test]
+    fn the_myself_line_names_the_node() {
+        let nodes = "07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@31004 slave e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected\n\
+                     e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0 0 1 connected 0-5460\n";
+        assert_eq!(
+            myself(nodes).as_deref(),
+            Some("e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca")
+        );
+        assert_eq!(myself("garbage"), None);
     }
 }
