@@ -34,12 +34,15 @@ impl CliError {
         }
     }
 
-    /// The message on one line (nested error texts may carry line breaks).
+    /// The message on one line (nested error texts may carry line breaks), with the
+    /// password of any URL in it masked: whatever layer the text comes from, a Redis
+    /// password never reaches the terminal.
     pub fn one_line(&self) -> String {
         let (CliError::Usage(message)
         | CliError::Runtime(message)
         | CliError::Interrupted(message)) = self;
-        message.split_whitespace().collect::<Vec<_>>().join(" ")
+        let line = message.split_whitespace().collect::<Vec<_>>().join(" ");
+        delayq_http::redact_urls(&line)
     }
 
     /// The same error with `context` in front of its message.
@@ -133,4 +136,20 @@ pub fn clap_error_line(error: &clap::Error) -> String {
         message = format!("error: {message}");
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_line_joins_lines_and_masks_url_passwords() {
+        let error = CliError::Runtime(
+            "cannot reach\n  redis://app:s3cret@10.0.0.1:6379/0 (refused)".to_owned(),
+        );
+        assert_eq!(
+            error.one_line(),
+            "cannot reach redis://app:***@10.0.0.1:6379/0 (refused)"
+        );
+    }
 }

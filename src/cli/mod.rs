@@ -2,11 +2,11 @@
 //! mapping of failures to exit codes (2 for usage errors, 1 for runtime errors).
 
 pub mod bench;
-mod harness;
 mod dead;
 pub mod demo;
 mod error;
 mod handlers;
+mod harness;
 mod inspect;
 mod load;
 mod node;
