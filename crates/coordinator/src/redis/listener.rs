@@ -12,10 +12,17 @@
 //! lost, so a restored announcement channel triggers a re-read, and a restored partition
 //! channel a wake-up "due now" for that partition (its owner looks at it at once, instead of
 //! at its next periodic pull). Subscriptions that fail are retried every heartbeat period.
+//!
+//! A half-open connection (a peer gone without a reset: a dead host, a dropped route) never
+//! closes by itself, and the server would go on counting it as a subscriber. So after a
+//! quiet spell of one heartbeat TTL a member publishes a probe on its own node channel;
+//! when nothing at all arrives within the operation timeout after it, the subscriber is
+//! made anew (and every channel subscribed again). During a flood the probe waits behind the
+//! backlog, but then other messages arrive, which is proof enough.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use delayq_redis::{PubSubEvent, Subscriber};
 use tokio::sync::{oneshot, watch};
@@ -27,6 +34,10 @@ use crate::api::Wakeup;
 use crate::error::CoordinatorError;
 use crate::tasks::{Backoff, Health};
 use crate::wakeups::WakeupSender;
+
+/// What a member publishes on its own node channel to check that its subscription still
+/// hears (never a well-formed wake-up).
+const PROBE: &[u8] = b"probe";
 
 /// The partitions a node listens to, by their wake-up channel.
 pub(crate) type Partitions = Arc<BTreeMap<String, (String, u32)>>;
@@ -47,6 +58,8 @@ pub(crate) struct Listener {
     /// have been missed on them.
     restoring: HashSet<String>,
     health: Health,
+    /// When the subscriber last received anything.
+    last_heard: Instant,
 }
 
 impl Listener {
@@ -69,6 +82,7 @@ impl Listener {
             subscribed: HashSet::new(),
             restoring: HashSet::new(),
             health: Health::new("subscription"),
+            last_heard: Instant::now(),
         }
     }
 
@@ -98,11 +112,17 @@ impl Listener {
             // Announcements sent while we were not listening are lost: catch up.
             self.shared.refresh.notify_one();
             self.reconcile(&subscriber).await;
-            loop {
+            self.last_heard = Instant::now();
+            // The probe in flight: when it was sent.
+            let mut probe: Option<Instant> = None;
+            let lost = loop {
                 tokio::select! {
                     event = subscriber.next_event() => match event {
-                        Some(event) => self.handle(event),
-                        None => break,
+                        Some(event) => {
+                            self.last_heard = Instant::now();
+                            self.handle(event);
+                        }
+                        None => break "the subscriber's connection task ended",
                     },
                     changed = self.wanted.changed() => {
                         if changed.is_err() {
@@ -110,13 +130,47 @@ impl Listener {
                         }
                         self.reconcile(&subscriber).await;
                     }
-                    _ = retries.tick() => self.reconcile(&subscriber).await,
+                    _ = retries.tick() => {
+                        if self.deaf(&mut probe).await {
+                            break "the subscription heard nothing, not even its own probe";
+                        }
+                        self.reconcile(&subscriber).await;
+                    }
                 }
-            }
-            self.health
-                .failed(&node, &"the subscriber's connection task ended");
+            };
+            self.health.failed(&node, &lost);
             self.restoring.extend(self.subscribed.drain());
             self.report_listening();
+        }
+    }
+
+    /// Whether the subscription is deaf: a probe sent after a quiet spell got no answer,
+    /// and nothing else arrived either. Sends the probe when it is time.
+    async fn deaf(&self, probe: &mut Option<Instant>) -> bool {
+        let Some(channel) = &self.node_channel else {
+            // An observer hears announcements only; it re-reads every period anyway.
+            return false;
+        };
+        let shared = &self.shared;
+        match *probe {
+            Some(sent) if sent.elapsed() >= shared.operation_timeout => {
+                *probe = None;
+                self.last_heard < sent
+            }
+            Some(_) => false,
+            None if self.last_heard.elapsed() >= shared.config.heartbeat_ttl => {
+                let sent = Instant::now();
+                // A probe that cannot be sent (Redis is down) proves nothing either way.
+                if shared
+                    .bounded("probe", shared.redis.publish(channel, PROBE))
+                    .await
+                    .is_ok()
+                {
+                    *probe = Some(sent);
+                }
+                false
+            }
+            None => false,
         }
     }
 
@@ -233,6 +287,9 @@ impl Listener {
         }
         let Some(wakeups) = &self.wakeups else { return };
         let expected = if Some(channel) == self.node_channel.as_deref() {
+            if payload == PROBE {
+                return;
+            }
             None
         } else {
             match self.wanted.borrow().get(channel) {

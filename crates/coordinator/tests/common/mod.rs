@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
 pub mod scenarios;
 pub mod topology;
 
