@@ -204,3 +204,56 @@ fn serve_follows_nodes_joining_and_leaving_and_never_shows_the_redis_password() 
     seen.push_str(&node.stderr_text());
     assert!(!seen.contains(password), "the password leaked: {seen}");
 }
+
+#[test]
+fn the_listen_address_comes_from_the_flag_the_environment_or_defaults_to_loopback() {
+    // The environment beats the file, the flag beats both.
+    let env = Env::start("http:\n  listen: 192.0.2.1:7070\n");
+    let serve = Serve::start(&env, &[], &[("DELAYQ_HTTP_LISTEN", "127.0.0.1:0")]);
+    assert!(serve.url.starts_with("http://127.0.0.1:"), "{}", serve.url);
+    let flagged = Serve::start(
+        &env,
+        &["--listen", "127.0.0.1:0"],
+        &[("DELAYQ_HTTP_LISTEN", "192.0.2.1:7070")],
+    );
+    assert!(
+        flagged.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        flagged.url
+    );
+
+    // Nothing set: 127.0.0.1:7070 (listening, or failing to if the port is taken).
+    let env = Env::start("");
+    let mut child = env
+        .command(&["serve"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn delayq serve");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut seen = String::new();
+    while !seen.contains("127.0.0.1:7070") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match received.recv_timeout(left) {
+            Ok(line) => seen.push_str(&format!("{line}\n")),
+            Err(_) => panic!("no 127.0.0.1:7070 in: {seen}"),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!seen.contains("0.0.0.0"), "{seen}");
+}

@@ -36,6 +36,7 @@
 //! POST   /v1/queues/{queue}/dead/{id}/retry   POST /v1/queues/{queue}/dead/retry retries all
 //! DELETE /v1/queues/{queue}/dead/{id}         DELETE /v1/queues/{queue}/dead purges all
 //! GET    /v1/nodes                            live nodes and the partitions they own
+//! GET    /v1/lateness                         {"<queue>":{"count","p50_ms","p99_ms"}} fired by this process
 //! GET    /healthz  /readyz  /metrics  /
 //! ```
 //!
