@@ -1,6 +1,7 @@
 //! The Redis backend on a 3-master Redis Cluster: one queue's partitions spread its script
-//! calls over every master, scripts a master lost are loaded again, and `wait_replicas`
-//! confirms writes on the replicas, or fails quickly when none answers.
+//! calls over every master, the old untagged registry key is found on its own master, scripts
+//! a master lost are loaded again, and `wait_replicas` confirms writes on the replicas, or
+//! fails quickly when none answers.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -91,6 +92,17 @@ async fn a_queue_of_64_partitions_spreads_its_script_calls_over_the_three_master
     let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(0))
         .await
         .expect("start the cluster");
+    // The registry key of releases before `{cluster}` has no hash tag: it lives on the master
+    // of its own slot, and is still found and merged there.
+    let legacy = "spread:queues";
+    assert_ne!(
+        cluster.master_of(legacy),
+        cluster.master_of("spread:{cluster}:queues"),
+        "the two registries on different masters"
+    );
+    cluster
+        .command(cluster.master_of(legacy), &["HSET", legacy, "legacy", "8"])
+        .expect("plant the old registry");
     let store = RedisStore::connect(options(&cluster, "spread", None))
         .await
         .expect("connect to the cluster");
@@ -99,6 +111,12 @@ async fn a_queue_of_64_partitions_spreads_its_script_calls_over_the_three_master
         .register_queue(&queue, PARTITIONS)
         .await
         .expect("register");
+    let listed = store.queues().await.expect("queues");
+    let expected = vec![
+        (QueueName::new("legacy").expect("valid queue"), 8),
+        (queue.clone(), PARTITIONS),
+    ];
+    assert_eq!(listed, expected);
     let before = evalsha_calls(&cluster);
 
     let results = store
