@@ -4,6 +4,12 @@
 //! ([`RedisStore`], with atomic Lua scripts) and memory ([`MemoryStore`], the in-process
 //! twin held to the same conformance suite).
 //!
+//! The Redis backend runs on one server, a Redis Cluster (each queue partition is one slot, so
+//! a queue's partitions spread over every master) or a Sentinel-watched master, over TLS and
+//! as an ACL user, through `delayq-redis` ([`RedisStoreOptions::redis`]). With
+//! [`RedisStoreOptions::wait_replicas`], writes return only once replicas confirmed them, or
+//! fail with [`StorageError::ReplicationTimeout`].
+//!
 //! ```
 //! use delayq_storage::{MemoryStore, NewTask, Partition, QueueName, ScheduleMode, TaskId, TaskStore};
 //! # async fn demo() -> Result<(), delayq_storage::StorageError> {

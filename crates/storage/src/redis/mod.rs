@@ -125,7 +125,10 @@ pub struct RedisStoreOptions {
     /// Payload limit and executed retention.
     pub store: StoreOptions,
     /// Replicas that must confirm `schedule`, `schedule_many`, `cancel` and `ack` before they
-    /// return; `None` (the default) waits for none.
+    /// return; `None` (the default) waits for none. When fewer confirm within the timeout, the
+    /// call fails after about that timeout with
+    /// [`StorageError::ReplicationTimeout`](crate::StorageError::ReplicationTimeout): the write
+    /// is on the master but a failover now could lose it. Claims never wait for replicas.
     pub wait_replicas: Option<WaitReplicas>,
 }
 
