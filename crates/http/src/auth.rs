@@ -1,5 +1,5 @@
-//! The guard in front of `/v1`: the bearer token (compared in constant time) and the
-//! read-only mode.
+//! The guard in front of `/v1`: the bearer token (compared in constant time), changes
+//! refused when a browser says they come from another site, and the read-only mode.
 
 use std::sync::Arc;
 
@@ -12,7 +12,8 @@ use subtle::ConstantTimeEq;
 use crate::error::ApiError;
 use crate::AppState;
 
-/// 401 without the right token, 403 for a change in read-only mode, else the route.
+/// 401 without the right token, 403 for a change a browser sent from another site or in
+/// read-only mode, else the route.
 pub(crate) async fn guard(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
     request: Request,
@@ -35,6 +36,24 @@ pub(crate) async fn guard(
         *request.method(),
         Method::GET | Method::HEAD | Method::OPTIONS
     );
+    // A page on another site can make a browser send a "simple" POST (no preflight) to
+    // a delayq on localhost that has no token; browsers say where a request comes from.
+    let fetch_site = request
+        .headers()
+        .get("sec-fetch-site")
+        .and_then(|value| value.to_str().ok());
+    if changes && fetch_site.is_some_and(|site| site != "same-origin" && site != "none") {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "cross-site request refused: {} {} came from another site (Sec-Fetch-Site: {})",
+                request.method(),
+                request.uri().path(),
+                fetch_site.unwrap_or_default()
+            ),
+        )
+        .into_response();
+    }
     if state.options.read_only && changes {
         return ApiError::new(
             StatusCode::FORBIDDEN,

@@ -42,7 +42,9 @@
 //!
 //! With a token, `/v1` needs `Authorization: Bearer <token>` (compared in constant time);
 //! `/healthz`, `/readyz`, `/metrics` and the dashboard page stay open (the page asks for the
-//! token and sends it as a header: no cookies, so no cross-site request forgery).
+//! token and sends it as a header: no cookies, so no cross-site request forgery). A change a
+//! browser sends from another site (`Sec-Fetch-Site: cross-site` or `same-site`) is refused
+//! with 403 even without a token, so a web page cannot drive a delayq on localhost.
 
 #![warn(missing_docs)]
 

@@ -193,3 +193,52 @@ async fn the_router_works_mounted_under_a_path() {
     }
     assert_eq!(api.get("/delayq/assets/nope.js").await.0, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_change_from_another_site_is_refused_without_a_token() {
+    let server = redis();
+    let scheduler = producer(&config(&server.url())).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+    let send = |method: reqwest::Method, path: &str, site: Option<&str>| {
+        let mut request = api
+            .client
+            .request(method, format!("{}{path}", api.base))
+            .header("content-type", "text/plain")
+            .body(r#"[{"id": "csrf", "delay_ms": 0}]"#);
+        if let Some(site) = site {
+            request = request.header("sec-fetch-site", site);
+        }
+        async move {
+            let response = request.send().await.expect("an answer");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("JSON"))
+        }
+    };
+    // What a form or a no-cors fetch on another site would send: no preflight needed.
+    for site in ["cross-site", "same-site"] {
+        let (status, body) = send(reqwest::Method::POST, "/v1/queues/q/tasks", Some(site)).await;
+        assert_eq!(status, 403, "{site}: {body}");
+        assert!(body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cross-site")));
+        let (status, _) = send(reqwest::Method::POST, "/v1/queues/q/dead/retry", Some(site)).await;
+        assert_eq!(status, 403, "{site}");
+    }
+    assert_eq!(
+        api.ok("/v1/queues").await,
+        json!({}),
+        "nothing was scheduled"
+    );
+    // Reading is fine (the other site cannot read the answer anyway); the dashboard itself
+    // is same-origin; clients that are not browsers send no such header.
+    assert_eq!(
+        send(reqwest::Method::GET, "/v1/queues", Some("cross-site"))
+            .await
+            .0,
+        200
+    );
+    for site in [Some("same-origin"), Some("none"), None] {
+        let (status, body) = send(reqwest::Method::POST, "/v1/queues/q/tasks", site).await;
+        assert_eq!(status, 200, "{site:?}: {body}");
+    }
+}
