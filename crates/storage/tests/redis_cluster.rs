@@ -245,6 +245,13 @@ async fn wait_replicas_confirms_writes_on_the_replicas_and_fails_quickly_without
             cluster.kill(replica);
         }
     }
+    // A store starting now (nodes down) still connects and works, without waiting.
+    let plain = RedisStore::connect(options(&cluster, "wait", None))
+        .await
+        .expect("connect with replicas down");
+    let stats = plain.stats(&p, T0).await.expect("stats");
+    assert_eq!(stats.pending, 0, "{stats:?}");
+
     let started = Instant::now();
     let error = store
         .schedule(&p, task("unconfirmed", T0), ScheduleMode::Upsert)
