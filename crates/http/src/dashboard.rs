@@ -32,9 +32,10 @@ pub(crate) async fn index(state: State, OriginalUri(uri): OriginalUri) -> Respon
         [(header::CACHE_CONTROL, "no-cache")],
         Html(
             INDEX
-                .replace("{{BASE}}", &base)
                 .replace("{{READ_ONLY}}", bool_text(state.options.read_only))
-                .replace("{{FIRES}}", bool_text(state.scheduler.runs_handlers())),
+                .replace("{{FIRES}}", bool_text(state.scheduler.runs_handlers()))
+                // Last, so nothing in the request's path is taken for a placeholder.
+                .replace("{{BASE}}", &base),
         ),
     )
         .into_response()
