@@ -56,6 +56,29 @@ fn serve_speaks_the_cli_objects_behind_a_token_and_joins_no_cluster() {
     assert!(page
         .as_str()
         .is_some_and(|html| html.contains("<title>delayq</title>")));
+    // A bulk load answers like `delayq schedule --from`, plus the errors by index.
+    let lines = [
+        json!({"id": "b-1", "delay_ms": 3_600_000}),
+        json!({"id": "b-2", "in": "soon"}),
+        json!({"id": "b-3", "due_ms": 4_102_444_800_000u64}),
+    ];
+    let file = env.dir.path().join("bulk.jsonl");
+    let text: Vec<String> = lines.iter().map(|line| format!("{line}\n")).collect();
+    std::fs::write(&file, text.concat()).expect("write the lines");
+    let output = env.run(&["schedule", "bulk-cli", "--from", &file.to_string_lossy()]);
+    let from_cli: serde_json::Value = serde_json::from_slice(&output.stdout).expect("a summary");
+    let (status, over_http) = http_call(
+        "POST",
+        &format!("{}/v1/queues/bulk-http/tasks", serve.url),
+        Some("t0ken"),
+        Some(json!(lines)),
+    );
+    assert_eq!(status, 200, "{over_http}");
+    for (key, value) in from_cli.as_object().expect("an object") {
+        assert_eq!(&over_http[key], value, "{key}: {from_cli} vs {over_http}");
+    }
+    assert_eq!(over_http["errors"][0]["index"], 1, "{over_http}");
+
     let (_, cancelled) = http_call("DELETE", &task_url, Some("t0ken"), None);
     assert_eq!(cancelled, json!({"cancelled": true}));
     assert_eq!(serve.terminate_and_wait(), Some(0));

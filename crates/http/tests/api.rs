@@ -111,6 +111,7 @@ async fn bulk_schedule_reports_bad_items_by_index_and_stores_the_rest() {
     assert_eq!(summary["scheduled"], 3, "{summary}");
     assert_eq!(summary["replaced"], 1, "{summary}");
     assert_eq!(summary["duplicates"], 0, "{summary}");
+    assert_eq!(summary["failed"], 4, "{summary}");
     let indexes: Vec<u64> = summary["errors"]
         .as_array()
         .expect("errors")

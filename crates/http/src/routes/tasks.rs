@@ -79,8 +79,9 @@ pub(crate) async fn schedule(
     Ok(Json(json!(scheduled)))
 }
 
-/// Schedules many tasks of one queue: `{"scheduled","replaced","duplicates","errors"}`.
-/// A bad item fails alone, reported by its index.
+/// Schedules many tasks of one queue: `{"scheduled","replaced","duplicates","failed"}` as
+/// `delayq schedule --from` prints, plus `"errors":[{"index","error"}]`. A bad item fails
+/// alone, reported by its index.
 pub(crate) async fn schedule_many(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -131,6 +132,7 @@ pub(crate) async fn schedule_many(
         "scheduled": scheduled,
         "replaced": replaced,
         "duplicates": duplicates,
+        "failed": errors.len(),
         "errors": errors,
     })))
 }
