@@ -1,10 +1,12 @@
 //! What `delayq bench` and `delayq demo` share: the boxed error they return, the lateness
-//! histogram, poison-tolerant locking, run-unique key prefixes and their clean-up, and the
-//! redaction of passwords in Redis URLs.
+//! histogram, poison-tolerant locking, the configuration of a run (any topology), run-unique
+//! key prefixes and their clean-up (master by master).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use delayq_engine::config::Config;
 use delayq_storage::{Partition, TaskStore};
 use futures::stream::{self, StreamExt};
 use hdrhistogram::Histogram;
@@ -30,6 +32,68 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// `<base>-<8 hex digits>`: a key prefix no other run uses.
 pub(crate) fn unique_prefix(base: &str) -> String {
     format!("{base}-{:08x}", rand::rng().random::<u32>())
+}
+
+/// The configuration of a bench or demo run: the file's (`path`, else ./cluster.yaml when it
+/// exists, else the defaults) with the environment's overrides (`DELAYQ_REDIS_URL`,
+/// `DELAYQ_REDIS_CLUSTER`, `DELAYQ_REDIS_SENTINEL`, ...), and `--redis URL` (`redis`) in place
+/// of whatever topology they name.
+pub(crate) fn run_config(path: Option<&Path>, redis: Option<&str>) -> Result<Config, BoxError> {
+    let mut config = Config::load_or_default(path)?;
+    if let Some(url) = redis {
+        config.redis.url = url.to_owned();
+        config.redis.cluster.clear();
+        config.redis.sentinel = None;
+    }
+    Ok(config)
+}
+
+/// The Redis `delayq demo` runs on: `--redis URL` (`flag`), else the topology of an explicit
+/// `--config FILE` or of the environment (`DELAYQ_REDIS_URL`, `DELAYQ_REDIS_CLUSTER`,
+/// `DELAYQ_REDIS_SENTINEL`); `None` (no Redis named): the in-memory backend.
+pub(crate) fn demo_redis(
+    flag: Option<&str>,
+    path: Option<&Path>,
+) -> Result<Option<Config>, BoxError> {
+    let from_env = [
+        "DELAYQ_REDIS_URL",
+        "DELAYQ_REDIS_CLUSTER",
+        "DELAYQ_REDIS_SENTINEL",
+    ]
+    .iter()
+    .any(|variable| std::env::var_os(variable).is_some_and(|value| !value.is_empty()));
+    if flag.is_none() && path.is_none() && !from_env {
+        return Ok(None);
+    }
+    run_config(path, flag).map(Some)
+}
+
+/// Removes a finished run's keys (every node is shut down): every key under the run's unique
+/// prefix, deleted master by master (`SCAN` on each master: on a cluster one connection's
+/// `SCAN` sees one master only). When that is not possible (`masters` unknown, or `SCAN`
+/// refused to an ACL user without it), the store's own clean-up of `queues` instead
+/// ([`remove_run_data`]), which leaves a few small keys.
+pub(crate) async fn remove_run_keys(
+    masters: Option<&crate::cli::bench::masters::Masters>,
+    config: &Config,
+    store: Arc<dyn TaskStore>,
+    queues: &[&str],
+) -> Result<(), BoxError> {
+    let prefix = &config.redis.key_prefix;
+    if let Some(masters) = masters {
+        match masters.delete_prefix(prefix).await {
+            Ok(deleted) => {
+                tracing::debug!(deleted, prefix, "run keys deleted");
+                return Ok(());
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                prefix,
+                "deleting the run's keys master by master failed; removing its tasks instead"
+            ),
+        }
+    }
+    remove_run_data(store, queues).await
 }
 
 /// A time after every due time and lease of a run (2^52 ms, exact as a Lua number).
@@ -88,12 +152,4 @@ pub(crate) async fn remove_run_data(
         }
     }
     Ok(())
-}
-
-/// `url` without the credentials of a `user:password@` part.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.split_once("://"), url.rfind('@')) {
-        (Some((scheme, _)), Some(at)) => format!("{scheme}://***{}", &url[at..]),
-        _ => url.to_owned(),
-    }
 }

@@ -126,7 +126,9 @@ pub async fn run(cli: Cli) -> CliResult<()> {
         Command::Retry(args) => dead::retry(args, load_config(config.as_deref())?).await,
         Command::Purge(args) => dead::purge(args, load_config(config.as_deref())?).await,
         Command::Serve(args) => serve::run(args, load_config(config.as_deref())?).await,
-        Command::Demo(args) => demo::run(args, json).await.map_err(CliError::from_boxed),
+        Command::Demo(args) => demo::run(args, json, config)
+            .await
+            .map_err(CliError::from_boxed),
         Command::Bench(args) => bench::run(args, json, config)
             .await
             .map_err(CliError::from_boxed),

@@ -1,7 +1,11 @@
 //! `delayq bench`: the engine benchmark of the engine issue, from the command line.
 //!
-//! `--nodes N` in-process nodes on one Redis, with no-op handlers, under a fresh key prefix
-//! (removed afterwards). Three scenarios:
+//! `--nodes N` in-process nodes with no-op handlers, on the Redis of `--redis URL`, else of the
+//! configuration (`--config FILE` or ./cluster.yaml, and the environment: one server, a Redis
+//! Cluster or a Sentinel-watched master), under a fresh key prefix `<key_prefix>:bench-<hex>`
+//! (so an ACL user limited to `~<key_prefix>:*` can run it), whose keys are removed afterwards
+//! master by master. Each scenario also reports every master's share of the script calls and
+//! its CPU time per task (`INFO commandstats`, `INFO cpu`). Three scenarios:
 //!
 //! - **precision**: tasks due uniformly over `--min-delay..--spread`, each scheduled with one
 //!   `schedule` call from one of the nodes; the lateness (`fired - due`, cluster clock) of
@@ -11,6 +15,7 @@
 //! - **memory**: the process RSS with `--memory-tasks` tasks pending an hour ahead (outside
 //!   every prefetch window): a node holds only its window, so it must stay small.
 
+pub(crate) mod masters;
 mod report;
 mod scenarios;
 
@@ -29,7 +34,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::harness::{histogram, lock, remove_run_data, unique_prefix, BoxError};
+use super::harness::{histogram, lock, remove_run_keys, run_config, unique_prefix, BoxError};
+use masters::Masters;
 use report::*;
 use scenarios::*;
 
@@ -58,13 +64,16 @@ pub enum Scenario {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   delayq bench --redis redis://127.0.0.1:6379/0
+  delayq bench --config cluster.yaml          # redis.cluster / redis.sentinel / redis.tls of the file
+  DELAYQ_REDIS_CLUSTER=redis://10.0.0.1:7000,redis://10.0.0.2:7000 delayq bench --scenario burst
   delayq bench --scenario precision --tasks 20000 --json
   delayq bench --scenario burst --burst 200000 --nodes 4
 
 Targets (reported PASS/FAIL): lateness p50 <= 2 ms and p99 <= 10 ms; burst >= 50,000 tasks/s;
 RSS <= 64 MiB with 1,000,000 far-future tasks pending. Use a release build.")]
 pub struct BenchArgs {
-    /// Redis to benchmark against [default: redis.url of the configuration].
+    /// One Redis server to benchmark against, instead of the configuration's topology
+    /// [default: redis.url, redis.cluster or redis.sentinel of --config / the environment].
     #[arg(long, value_name = "URL")]
     pub redis: Option<String>,
     /// In-process nodes sharing the work.
@@ -133,7 +142,23 @@ pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result
             .await?;
         nodes.push(scheduler);
     }
-    let outcome = run_scenarios(&args, &config, &nodes, &probe, rss_at_start, json).await;
+    let masters = match Masters::discover(config.connect_options()).await {
+        Ok(masters) => Some(masters),
+        Err(error) => {
+            tracing::warn!(%error, "no per-master figures: the masters could not be listed");
+            None
+        }
+    };
+    let outcome = run_scenarios(
+        &args,
+        &config,
+        &nodes,
+        &probe,
+        masters.as_ref(),
+        rss_at_start,
+        json,
+    )
+    .await;
     for node in &nodes {
         if let Err(error) = node.shutdown().await {
             tracing::warn!(%error, "shutting a bench node down failed");
@@ -142,7 +167,7 @@ pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result
     let cleanup = match nodes.first() {
         Some(node) if !args.keep_keys => {
             let cleaning = Instant::now();
-            let removed = remove_run_data(node.store(), &QUEUES).await;
+            let removed = remove_run_keys(masters.as_ref(), &config, node.store(), &QUEUES).await;
             tracing::info!(
                 elapsed_ms = cleaning.elapsed().as_millis() as u64,
                 "benchmark data removed"
@@ -166,14 +191,12 @@ pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result
     Ok(())
 }
 
-/// The configuration: the file's (or the defaults), the bench's Redis and key prefix, and the
-/// bench queues with a high concurrency.
+/// The configuration: the file's (or the defaults) with the environment, `--redis` instead of
+/// its topology when given, the bench's key prefix (under the configured one), and the bench
+/// queues with a high concurrency.
 fn bench_config(args: &BenchArgs, path: Option<PathBuf>) -> Result<Config, BoxError> {
-    let mut config = Config::load_or_default(path.as_deref())?;
-    if let Some(url) = &args.redis {
-        config.redis.url = url.clone();
-    }
-    config.redis.key_prefix = unique_prefix(&format!("{}-bench", config.redis.key_prefix));
+    let mut config = run_config(path.as_deref(), args.redis.as_deref())?;
+    config.redis.key_prefix = unique_prefix(&format!("{}:bench", config.redis.key_prefix));
     config.engine.claim_batch = args.claim_batch;
     for queue in QUEUES {
         let settings = QueueConfig {
@@ -191,13 +214,17 @@ async fn run_scenarios(
     config: &Config,
     nodes: &[Scheduler],
     probe: &Probe,
+    masters: Option<&Masters>,
     rss_at_start: Option<f64>,
     json: bool,
 ) -> Result<Report, BoxError> {
     wait_for_assignment(config, nodes).await?;
     let wanted = |scenario: Scenario| args.scenario == scenario || args.scenario == Scenario::All;
+    let topology = config.connect_options().topology;
     let mut report = Report {
-        redis: super::harness::redact(&config.redis.url),
+        redis: topology.describe(),
+        topology: format!("{:?}", topology.kind()).to_lowercase(),
+        masters: masters.map_or(0, Masters::len),
         key_prefix: config.redis.key_prefix.clone(),
         nodes: args.nodes,
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -208,15 +235,20 @@ async fn run_scenarios(
     };
     if !json {
         println!(
-            "delayq bench: {} nodes on {} (keys under {}:), {} CPUs ({})",
-            report.nodes, report.redis, report.key_prefix, report.cpus, report.cpu_model
+            "delayq bench: {} nodes on {} ({} master(s); keys under {}:), {} CPUs ({})",
+            report.nodes,
+            report.redis,
+            report.masters,
+            report.key_prefix,
+            report.cpus,
+            report.cpu_model
         );
     }
     if wanted(Scenario::Precision) {
-        report.precision = Some(precision(args, nodes, probe).await?);
+        report.precision = Some(precision(args, nodes, probe, masters).await?);
     }
     if wanted(Scenario::Burst) {
-        report.burst = Some(burst(args, nodes, probe).await?);
+        report.burst = Some(burst(args, nodes, probe, masters).await?);
     }
     if wanted(Scenario::Memory) {
         report.memory = Some(memory(args, config, nodes, rss_at_start).await?);

@@ -1,6 +1,7 @@
 //! The benchmark's report: the figures of each scenario, the targets they are held to, and
 //! the text and JSON forms.
 
+use super::masters::MasterWork;
 use super::*;
 
 /// Targets of the engine issue.
@@ -52,6 +53,8 @@ pub(super) struct PrecisionReport {
     pub(super) lateness_after_scheduling_ms: Quantiles,
     pub(super) pass_p50: bool,
     pub(super) pass_p99: bool,
+    /// Each master's work over the whole scenario (scheduling and firing).
+    pub(super) redis_masters: Option<Vec<MasterWork>>,
 }
 
 #[derive(Serialize)]
@@ -72,6 +75,8 @@ pub(super) struct BurstReport {
     pub(super) drained_after_due_ms: Option<u64>,
     pub(super) lateness_ms: Quantiles,
     pub(super) pass: bool,
+    /// Each master's work in the fire phase (from the end of the loading to the last ack).
+    pub(super) redis_masters: Option<Vec<MasterWork>>,
 }
 
 #[derive(Serialize)]
@@ -91,7 +96,12 @@ pub(super) struct MemoryReport {
 /// The whole report, as printed (and with `--json`, as JSON).
 #[derive(Serialize)]
 pub(super) struct Report {
+    /// The topology, without passwords.
     pub(super) redis: String,
+    /// `standalone`, `cluster` or `sentinel`.
+    pub(super) topology: String,
+    /// Masters serving the run (0: unknown).
+    pub(super) masters: usize,
     pub(super) key_prefix: String,
     pub(super) nodes: u32,
     pub(super) cpus: usize,
@@ -131,6 +141,7 @@ impl Report {
                 verdict(p.pass_p50),
                 verdict(p.pass_p99)
             );
+            print_masters(p.redis_masters.as_deref(), "scheduling and firing");
         }
         if let Some(b) = &self.burst {
             println!(
@@ -153,6 +164,7 @@ impl Report {
                 "  target    >= {TARGET_BURST_PER_S} tasks/s: {}",
                 verdict(b.pass)
             );
+            print_masters(b.redis_masters.as_deref(), "fire phase");
         }
         if let Some(m) = &self.memory {
             let mib = |value: Option<f64>| value.map_or("n/a".to_owned(), |v| format!("{v} MiB"));
@@ -173,6 +185,21 @@ impl Report {
                 verdict(m.pass)
             );
         }
+    }
+}
+
+/// One line per master: its share of the script calls and its CPU time per task.
+fn print_masters(masters: Option<&[MasterWork]>, phase: &str) {
+    let Some(masters) = masters else {
+        return;
+    };
+    let total: f64 = masters.iter().map(|m| m.cpu_us_per_task).sum();
+    println!("  redis     {total:.1} us of Redis CPU per task ({phase}), by master:");
+    for m in masters {
+        println!(
+            "            {:<21} {:>5.1} % of script calls ({}), {:.1} us CPU per task ({} ms)",
+            m.address, m.share_pct, m.script_calls, m.cpu_us_per_task, m.cpu_ms
+        );
     }
 }
 

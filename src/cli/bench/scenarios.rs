@@ -1,6 +1,7 @@
 //! The benchmark's scenarios (precision, burst, memory), their no-op handlers and the probe
 //! that records every delivery.
 
+use super::masters::{work, MasterSample, MasterWork};
 use super::*;
 
 /// Tasks per `schedule_many` call.
@@ -89,7 +90,9 @@ pub(super) async fn precision(
     args: &BenchArgs,
     nodes: &[Scheduler],
     probe: &Probe,
+    masters: Option<&Masters>,
 ) -> Result<PrecisionReport, BoxError> {
+    let before = sample_masters(masters).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let delays: Vec<Duration> = (0..args.tasks)
         .map(|_| rng.random_range(args.min_delay..=args.spread))
@@ -144,9 +147,11 @@ pub(super) async fn precision(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bar.finish_and_clear();
+    let redis_masters = master_work(before, sample_masters(masters).await, args.tasks);
     let lateness = Quantiles::of(&lock(&probe.precision));
     let deliveries = probe.precision_deliveries.load(Ordering::Relaxed);
     Ok(PrecisionReport {
+        redis_masters,
         tasks: args.tasks,
         min_delay_ms: args.min_delay.as_millis() as u64,
         max_delay_ms: args.spread.as_millis() as u64,
@@ -165,6 +170,7 @@ pub(super) async fn burst(
     args: &BenchArgs,
     nodes: &[Scheduler],
     probe: &Probe,
+    masters: Option<&Masters>,
 ) -> Result<BurstReport, BoxError> {
     let ids: Vec<String> = (0..args.burst).map(|task| format!("b-{task}")).collect();
     // Calibrate: time one chunk (scheduled an hour ahead; the real load replaces it) to pick a
@@ -182,6 +188,8 @@ pub(super) async fn burst(
     load(nodes, BURST, ids, due_ms, &bar).await?;
     let load_secs = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
+    // The fire phase's work: from the end of the loading to the last ack.
+    let before = sample_masters(masters).await;
     let slack_ms = due_ms as i64 - nodes[0].now_ms() as i64;
     let bar = progress(args.burst, "burst: firing");
     let deadline =
@@ -194,6 +202,7 @@ pub(super) async fn burst(
     let drained_after_due_ms = drained(&nodes[0], BURST, deadline)
         .await?
         .map(|at_ms| at_ms.saturating_sub(due_ms));
+    let redis_masters = master_work(before, sample_masters(masters).await, args.burst);
     let deliveries = probe.burst_deliveries.load(Ordering::Relaxed);
     let first = probe
         .burst_first_ms
@@ -205,6 +214,7 @@ pub(super) async fn burst(
         .saturating_sub(due_ms);
     let fire_per_s = (deliveries as f64 / (last.max(1) as f64 / 1000.0)).round();
     Ok(BurstReport {
+        redis_masters,
         tasks: args.burst,
         load_secs: round3(load_secs),
         load_per_s: (args.burst as f64 / load_secs).round(),
@@ -218,6 +228,27 @@ pub(super) async fn burst(
         lateness_ms: Quantiles::of(&lock(&probe.burst)),
         pass: deliveries >= args.burst && slack_ms > 0 && fire_per_s >= TARGET_BURST_PER_S,
     })
+}
+
+/// Every master's counters, when the masters are known (a failed sample only costs the
+/// per-master figures).
+async fn sample_masters(masters: Option<&Masters>) -> Option<Vec<MasterSample>> {
+    match masters?.sample().await {
+        Ok(samples) => Some(samples),
+        Err(error) => {
+            tracing::warn!(%error, "sampling the Redis masters failed");
+            None
+        }
+    }
+}
+
+/// Each master's work between two samples, for `tasks` tasks.
+fn master_work(
+    before: Option<Vec<MasterSample>>,
+    after: Option<Vec<MasterSample>>,
+    tasks: u64,
+) -> Option<Vec<MasterWork>> {
+    Some(work(&before?, &after?, tasks))
 }
 
 /// Polls the stats until nothing of `queue` is pending or in flight; returns when (cluster ms).

@@ -1,4 +1,5 @@
-//! `delayq demo`: an in-process cluster (in memory, or on a Redis given with `--redis`) that
+//! `delayq demo`: an in-process cluster (in memory, or on a Redis given with `--redis`, an
+//! explicit `--config` or the environment: one server, a Redis Cluster or Sentinel) that
 //! shows tasks firing on time, a node dying, and its partitions and in-flight tasks taken over.
 //!
 //! Timeline (seconds after the tasks are scheduled): tasks are due from 1 s to 4 s; at 2 s the
@@ -8,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,7 +21,8 @@ use serde::Serialize;
 
 mod report;
 
-use super::harness::{histogram, lock, redact, remove_run_data, unique_prefix, BoxError};
+use super::bench::masters::Masters;
+use super::harness::{demo_redis, histogram, lock, remove_run_keys, unique_prefix, BoxError};
 use report::*;
 
 /// The demo's queue.
@@ -46,6 +49,7 @@ const DEADLINE: Duration = Duration::from_secs(12);
   delayq demo                                    # three nodes in memory, no Redis needed
   delayq demo --tasks 1000 --nodes 5 --quiet
   delayq demo --redis redis://127.0.0.1:6379/0   # the same on a real Redis (keys removed afterwards)
+  delayq --config cluster.yaml demo              # on the file's Redis (redis.url, redis.cluster or redis.sentinel)
   delayq demo --json                             # only the summary, as JSON")]
 pub struct DemoArgs {
     /// Run the demo on this Redis instead of in memory (under a fresh key prefix, removed
@@ -64,27 +68,35 @@ pub struct DemoArgs {
     /// Print only the events and the summary, not one line per firing.
     #[arg(long)]
     pub quiet: bool,
+    /// Whether the demo runs on Redis (set by `run`).
+    #[arg(skip)]
+    pub on_redis: bool,
 }
 
 /// Runs the demo: start the nodes, schedule, kill one, wait for everything to fire, summarize.
-pub async fn run(args: DemoArgs, json: bool) -> Result<(), BoxError> {
+pub async fn run(mut args: DemoArgs, json: bool, config: Option<PathBuf>) -> Result<(), BoxError> {
     let print = Printer {
         lines: !json,
         firings: !json && !args.quiet,
         start: Instant::now(),
     };
-    let prefix = unique_prefix("delayq-demo");
+    let redis = demo_redis(args.redis.as_deref(), config.as_deref())?;
+    args.on_redis = redis.is_some();
+    let prefix = match &redis {
+        Some(base) => unique_prefix(&format!("{}:demo", base.redis.key_prefix)),
+        None => unique_prefix("delayq-demo"),
+    };
     let backend = MemoryBackend::new();
     let record = Arc::new(Record::default());
     // A bad --redis URL is a usage error (exit 2), reported before any node starts.
-    demo_config(&node_name(0), args.redis.as_deref(), &prefix).validate()?;
+    demo_config(&node_name(0), redis.as_ref(), &prefix).validate()?;
     let mut nodes = Vec::new();
     for index in 0..args.nodes {
         let name = node_name(index);
-        let config = demo_config(&name, args.redis.as_deref(), &prefix);
+        let config = demo_config(&name, redis.as_ref(), &prefix);
         let mut builder = Scheduler::builder(config)
             .handler(QUEUE, firing_handler(record.clone(), print.clone()));
-        if args.redis.is_none() {
+        if redis.is_none() {
             builder = builder.memory(backend.clone());
         }
         let scheduler = builder
@@ -99,8 +111,11 @@ pub async fn run(args: DemoArgs, json: bool) -> Result<(), BoxError> {
             owned: Vec::new(),
         });
     }
-    let backend_name = match &args.redis {
-        Some(url) => format!("Redis at {} (keys under {prefix}:)", redact(url)),
+    let backend_name = match &redis {
+        Some(base) => format!(
+            "Redis at {} (keys under {prefix}:)",
+            base.connect_options().topology.describe()
+        ),
         None => "the in-memory backend".to_owned(),
     };
     print.event(format!("started {} nodes on {backend_name}", nodes.len()));
@@ -110,8 +125,12 @@ pub async fn run(args: DemoArgs, json: bool) -> Result<(), BoxError> {
             tracing::warn!(node = %node.name, %error, "shutting the node down failed");
         }
     }
-    let cleanup = match (&args.redis, nodes.last()) {
-        (Some(_), Some(node)) => remove_run_data(node.scheduler.store(), &[QUEUE]).await,
+    let cleanup = match (&redis, nodes.last()) {
+        (Some(_), Some(node)) => {
+            let config = node.scheduler.config();
+            let masters = Masters::discover(config.connect_options()).await.ok();
+            remove_run_keys(masters.as_ref(), config, node.scheduler.store(), &[QUEUE]).await
+        }
         _ => Ok(()),
     };
     let summary = outcome?;
@@ -314,10 +333,10 @@ fn node_name(index: u32) -> String {
 }
 
 /// Short timings, so that the whole story fits in a few seconds.
-fn demo_config(name: &str, redis: Option<&str>, prefix: &str) -> Config {
+fn demo_config(name: &str, redis: Option<&Config>, prefix: &str) -> Config {
     let mut config = Config::default();
-    if let Some(url) = redis {
-        config.redis.url = url.to_owned();
+    if let Some(base) = redis {
+        config.redis = base.redis.clone();
     }
     config.redis.key_prefix = prefix.to_owned();
     config.node.name = name.to_owned();

@@ -114,11 +114,7 @@ impl Record {
             .filter(|id| seen.contains_key(id.as_str()))
             .count() as u64;
         Summary {
-            backend: if args.redis.is_some() {
-                "redis"
-            } else {
-                "memory"
-            },
+            backend: if args.on_redis { "redis" } else { "memory" },
             nodes: args.nodes,
             tasks: ids.len() as u64,
             fired,
