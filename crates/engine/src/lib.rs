@@ -44,6 +44,7 @@ mod task;
 pub mod timer;
 
 pub use builder::{MemoryBackend, SchedulerBuilder};
+pub use delayq_storage::Cancel;
 pub use error::{EngineError, EngineResult};
 pub use handler::{Handler, HandlerError, HandlerFuture};
 pub use scheduler::{ScheduleRequest, Scheduler};

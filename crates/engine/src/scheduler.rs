@@ -194,7 +194,6 @@ impl Scheduler {
         };
         let outcome = self.runtime.store.schedule(&partition, task, mode).await?;
         crate::admin::record_scheduled(&partition.queue, &outcome);
-        crate::admin::record_scheduled(&partition.queue, &outcome);
         self.announce(&partition, due_ms, now, &outcome).await;
         Ok(scheduled(&partition, &id, due_ms, outcome))
     }
@@ -249,7 +248,6 @@ impl Scheduler {
         {
             let result = match outcome {
                 Ok(outcome) => {
-                    crate::admin::record_scheduled(&partition.queue, &outcome);
                     crate::admin::record_scheduled(&partition.queue, &outcome);
                     if matches!(
                         outcome,
