@@ -139,6 +139,10 @@ async fn without_a_replica_writes_fail_quickly_and_an_unconfirmed_ack_completes_
     let replica = tokio::task::spawn_blocking(RedisServer::start)
         .await
         .expect("start the replica");
+    // Redis waits 5 s for more replicas before a diskless sync by default.
+    master
+        .command(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"])
+        .expect("CONFIG SET");
     replica
         .command(&["REPLICAOF", "127.0.0.1", &master.port().to_string()])
         .expect("REPLICAOF");
