@@ -66,8 +66,8 @@ impl From<EngineError> for ApiError {
     }
 }
 
-/// The status of a storage error: the caller's input (400, 413), Redis out of reach (503),
-/// or a fault of ours or of the data (500).
+/// The status of a storage error: the caller's input (400, 413), Redis out of reach or its
+/// replicas not confirming a write in time (503), or a fault of ours or of the data (500).
 fn storage_status(error: &StorageError, message: String) -> ApiError {
     let status = match error {
         StorageError::InvalidQueueName { .. }
@@ -76,6 +76,7 @@ fn storage_status(error: &StorageError, message: String) -> ApiError {
         StorageError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         StorageError::ConnectionLost { .. }
         | StorageError::Timeout { .. }
+        | StorageError::ReplicationTimeout { .. }
         | StorageError::Backend { .. } => {
             ::metrics::counter!("delayq_redis_errors_total").increment(1);
             StatusCode::SERVICE_UNAVAILABLE
