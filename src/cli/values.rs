@@ -64,16 +64,6 @@ mod tests {
     }
 
     #[test]
-    fn non_utf8_payload_goes_to_payload_base64() {
-        let mut object = Map::new();
-        insert_payload(&mut object, &[0xff, 0x00]);
-        assert_eq!(object.get("payload_base64"), Some(&Value::from("/wA=")));
-        let mut object = Map::new();
-        insert_payload(&mut object, b"{\"a\":1}");
-        assert_eq!(object.get("payload"), Some(&Value::from("{\"a\":1}")));
-    }
-
-    #[test]
     fn short_duration_is_readable() {
         assert_eq!(short_duration(1234), "1.2s");
         assert_eq!(short_duration(184_000), "3m 4s");

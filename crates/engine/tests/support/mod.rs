@@ -219,6 +219,21 @@ impl RecordingStore {
         })
     }
 
+    /// Notes the fencing numbers of the tasks of `batch`.
+    fn record_claims(&self, partition: &Partition, batch: &ClaimBatch) {
+        let mut claims = self.claims.lock();
+        for task in &batch.tasks {
+            claims
+                .entry((
+                    partition.queue.as_str().to_owned(),
+                    task.id.as_str().to_owned(),
+                    task.generation,
+                ))
+                .or_default()
+                .push(task.token.claim);
+        }
+    }
+
     /// Makes the next `count` claims that move tasks lose their reply (a response timeout
     /// after Redis committed the claim).
     pub fn lose_next_claim_replies(&self, count: u64) {
@@ -294,17 +309,7 @@ impl TaskStore for RecordingStore {
                 message: "reply dropped by the test".to_owned(),
             });
         }
-        let mut claims = self.claims.lock();
-        for task in &batch.tasks {
-            claims
-                .entry((
-                    partition.queue.as_str().to_owned(),
-                    task.id.as_str().to_owned(),
-                    task.generation,
-                ))
-                .or_default()
-                .push(task.token.claim);
-        }
+        self.record_claims(partition, &batch);
         Ok(batch)
     }
     async fn recover_claim(
@@ -318,17 +323,7 @@ impl TaskStore for RecordingStore {
             .inner
             .recover_claim(partition, owner, lease_deadline_ms)
             .await?;
-        let mut claims = self.claims.lock();
-        for task in &batch.tasks {
-            claims
-                .entry((
-                    partition.queue.as_str().to_owned(),
-                    task.id.as_str().to_owned(),
-                    task.generation,
-                ))
-                .or_default()
-                .push(task.token.claim);
-        }
+        self.record_claims(partition, &batch);
         Ok(batch)
     }
     async fn peek_window(
