@@ -77,6 +77,8 @@ pub(super) struct BurstReport {
     pub(super) pass: bool,
     /// Each master's work in the fire phase (from the end of the loading to the last ack).
     pub(super) redis_masters: Option<Vec<MasterWork>>,
+    /// This process's CPU time (all nodes) per task in the fire phase, µs.
+    pub(super) nodes_cpu_us_per_task: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -164,6 +166,9 @@ impl Report {
                 "  target    >= {TARGET_BURST_PER_S} tasks/s: {}",
                 verdict(b.pass)
             );
+            if let Some(cpu) = b.nodes_cpu_us_per_task {
+                println!("  nodes     {cpu:.1} us of CPU per task in this process (fire phase)");
+            }
             print_masters(b.redis_masters.as_deref(), "fire phase");
         }
         if let Some(m) = &self.memory {
@@ -209,6 +214,16 @@ pub(super) fn rss_mib() -> Option<f64> {
     let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// The CPU time (user + system, all threads) this process used so far in ms (Linux), from
+/// `/proc/self/stat` (in clock ticks, 100 per second on Linux).
+pub(super) fn process_cpu_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces): state is field 3, utime 14.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index)?.parse::<f64>().ok();
+    Some((ticks(11)? + ticks(12)?) * 10.0)
 }
 
 pub(super) fn cpu_model() -> String {

@@ -190,6 +190,7 @@ pub(super) async fn burst(
     bar.finish_and_clear();
     // The fire phase's work: from the end of the loading to the last ack.
     let before = sample_masters(masters).await;
+    let cpu_before = process_cpu_ms();
     let slack_ms = due_ms as i64 - nodes[0].now_ms() as i64;
     let bar = progress(args.burst, "burst: firing");
     let deadline =
@@ -202,6 +203,9 @@ pub(super) async fn burst(
     let drained_after_due_ms = drained(&nodes[0], BURST, deadline)
         .await?
         .map(|at_ms| at_ms.saturating_sub(due_ms));
+    let nodes_cpu_us_per_task = process_cpu_ms()
+        .zip(cpu_before)
+        .map(|(after, before)| round1((after - before) * 1_000.0 / args.burst as f64));
     let redis_masters = master_work(before, sample_masters(masters).await, args.burst);
     let deliveries = probe.burst_deliveries.load(Ordering::Relaxed);
     let first = probe
@@ -215,6 +219,7 @@ pub(super) async fn burst(
     let fire_per_s = (deliveries as f64 / (last.max(1) as f64 / 1000.0)).round();
     Ok(BurstReport {
         redis_masters,
+        nodes_cpu_us_per_task,
         tasks: args.burst,
         load_secs: round3(load_secs),
         load_per_s: (args.burst as f64 / load_secs).round(),
