@@ -13,7 +13,7 @@ use common::{
     assert_success, by_id, delayq_command, lateness_summary, parse_json, run_with_deadline,
     task_lines, wait_until, FireLog, NodeProcess, BASE_CONFIG,
 };
-use delayq_testkit::{AclUser, RedisCluster, TlsRedis};
+use delayq_testkit::{RedisCluster, TlsRedis};
 use serde_json::Value;
 
 /// A cluster.yaml in a temporary directory, and `delayq --config <it>` commands.
@@ -231,16 +231,11 @@ fn every_command_and_the_bench_run_on_a_redis_cluster_named_in_the_config() {
     }
 }
 
-/// Commands delayq calls that the testkit's `DELAYQ_COMMANDS` (the documented ACL rule) lacks.
-const MISSING_FROM_TESTKIT_RULE: &[&str] = &["hsetnx", "zmscore"];
-
 #[test]
 fn tls_acl_user_fires_everything_and_a_wrong_password_is_one_clear_line() {
     let prefix = format!("e2etls{}", std::process::id());
-    let mut user = AclUser::delayq(&prefix);
-    user.commands
-        .extend(MISSING_FROM_TESTKIT_RULE.iter().map(|c| (*c).to_owned()));
-    let server = TlsRedis::start_with(user);
+    // Exactly the documented ACL rule (the testkit's DELAYQ_COMMANDS).
+    let server = TlsRedis::start(&prefix);
     let files = server.files();
     let tls = format!(
         "  tls: {{ ca_file: {}, cert_file: {}, key_file: {} }}\n  key_prefix: {prefix}\n",
