@@ -9,7 +9,7 @@ use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{load_tasks, now_ms, task_lines, wait_until, Env};
+use common::{load_tasks, node_id_in_log, now_ms, task_lines, wait_until, Env};
 use serde_json::Value;
 
 /// Short handler timeout and quick retries, so attempts on the stalled stdout fail within a
@@ -73,18 +73,7 @@ impl UnreadNode {
     }
 
     fn node_id(&self) -> String {
-        let text = self.stderr_text();
-        let line = text
-            .lines()
-            .find(|line| line.contains("delayq node running"))
-            .expect("the start line");
-        let start = line.find("node=").expect("a node= field") + "node=".len();
-        line[start..]
-            .split_whitespace()
-            .next()
-            .expect("a node id")
-            .trim_matches('"')
-            .to_owned()
+        node_id_in_log(&self.stderr_text())
     }
 
     fn terminate(&self) {

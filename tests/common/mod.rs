@@ -405,18 +405,7 @@ impl NodeProcess {
 
     /// The node id it logged at start.
     pub fn node_id(&self) -> String {
-        let text = self.stderr_text();
-        let line = text
-            .lines()
-            .find(|line| line.contains("delayq node running"))
-            .expect("the start line");
-        let start = line.find("node=").expect("a node= field") + "node=".len();
-        line[start..]
-            .split_whitespace()
-            .next()
-            .expect("a node id")
-            .trim_matches('"')
-            .to_owned()
+        node_id_in_log(&self.stderr_text())
     }
 
     /// Its process id.
@@ -582,4 +571,20 @@ pub fn wait_for_dead(env: &Env, queue: &str, count: usize) -> Value {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The node id a `delayq node` logged at start (`delayq node running ... node=<id>`), found in
+/// its stderr `text`.
+pub fn node_id_in_log(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|line| line.contains("delayq node running"))
+        .expect("the start line");
+    let start = line.find("node=").expect("a node= field") + "node=".len();
+    line[start..]
+        .split_whitespace()
+        .next()
+        .expect("a node id")
+        .trim_matches('"')
+        .to_owned()
 }
