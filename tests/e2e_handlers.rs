@@ -4,12 +4,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{wait_until, Env};
+use common::{read_http_body, wait_until, Env};
 use serde_json::Value;
 
 const RETRYING_QUEUES: &str = "\
@@ -105,26 +105,9 @@ fn serve_http(listener: TcpListener, bodies: Arc<Mutex<Vec<Value>>>) {
         for (index, stream) in listener.incoming().enumerate() {
             let Ok(mut stream) = stream else { return };
             let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                let line = line.trim_end();
-                if line.is_empty() {
-                    break;
-                }
-                if let Some((name, value)) = line.split_once(':') {
-                    if name.eq_ignore_ascii_case("content-length") {
-                        length = value.trim().parse().unwrap_or(0);
-                    }
-                }
-            }
-            let mut body = vec![0; length];
-            if reader.read_exact(&mut body).is_err() {
+            let Some(body) = read_http_body(&mut reader) else {
                 continue;
-            }
+            };
             if let Ok(json) = serde_json::from_slice(&body) {
                 bodies.lock().expect("bodies lock").push(json);
             }

@@ -5,12 +5,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{wait_until, Env};
+use common::{read_http_body, wait_until, Env};
 use serde_json::Value;
 
 const QUEUES: &str = "\
@@ -61,26 +61,9 @@ fn answer(mut stream: TcpStream, port: u16, seen: &Mutex<Vec<Request>>) {
     let mut parts = request_line.split_whitespace();
     let method = parts.next().unwrap_or_default().to_owned();
     let path = parts.next().unwrap_or_default().to_owned();
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            break;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-    }
-    let mut body = vec![0; length];
-    if reader.read_exact(&mut body).is_err() {
+    let Some(body) = read_http_body(&mut reader) else {
         return;
-    }
+    };
     let queue = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|json| json["queue"].as_str().map(str::to_owned));

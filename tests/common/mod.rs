@@ -588,3 +588,28 @@ pub fn node_id_in_log(text: &str) -> String {
         .trim_matches('"')
         .to_owned()
 }
+
+/// Reads the headers of an HTTP/1.1 request from `reader` (its request line already read, or
+/// not: header lines are only searched for `Content-Length`) and then its body; `None` when the
+/// connection ended before the whole body arrived. For the tests' minimal local HTTP servers.
+pub fn read_http_body(reader: &mut impl std::io::BufRead) -> Option<Vec<u8>> {
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(body)
+}
