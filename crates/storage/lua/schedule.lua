@@ -4,13 +4,15 @@
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: done       ZSET id -> completed_ms (executed-set)
 -- KEYS[5]: dead       ZSET id -> failed_ms
--- ARGV[1]: mode, 'upsert' or 'if_absent'
+-- KEYS[6]: ticks      ZSET tick id -> tick ms, the tick ledger (mode 'tick' only)
+-- ARGV[1]: mode, 'upsert', 'if_absent' or 'tick' (a recurring schedule's tick: if-absent,
+--          and only if the ledger does not have the id yet; the id then enters the ledger)
 -- ARGV[2]: executed retention in ms (an (id, due) that completed less than this long ago, by
 --          Redis TIME, is a duplicate; 0 turns dedup off)
 -- ARGV[3k], ARGV[3k+1], ARGV[3k+2] for k = 1, 2, ...: id, due_ms, payload of item k
 -- Returns: one entry per item, in order: 'C' created | 'R<previous due>' replaced |
---   'K<due>' kept | 'D' duplicate | 'X<reason>' corrupt record (that item is left alone; the
---   others proceed).
+--   'K<due>' kept | 'D' duplicate | 'T' tick already in the ledger (nothing changed) |
+--   'X<reason>' corrupt record (that item is left alone; the others proceed).
 -- A new id starts at generation = Redis TIME in µs, so an id cancelled and scheduled again
 -- never reuses a generation; each later schedule of a live or completed id adds 1.
 -- An id in flight that is scheduled again gets a new record (generation + 1, attempt 1) and
@@ -22,7 +24,8 @@
 -- with one HSET and one ZADD for the whole call; only existing ids take the per-item path.
 
 local due_key, tasks_key, inflight_key, done_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local if_absent = ARGV[1] == 'if_absent'
+local tick_mode = ARGV[1] == 'tick'
+local if_absent = ARGV[1] == 'if_absent' or tick_mode
 local retention = tonumber(ARGV[2])
 -- Every new id of this call shares one generation (Redis TIME in µs): unique per id.
 local fresh_header = encode_record(redis_now_us(), 1, 0, '', '', '', '')
@@ -103,9 +106,18 @@ for k = 1, #lookup do
     raw = redis.call('HGET', tasks_key, id)
   end
   seen[id] = true
-  if raw then
+  if tick_mode and redis.call('ZSCORE', KEYS[6], id) then
+    -- Created before (whatever became of its task since): repeating a tick is a no-op.
+    out[k] = 'T'
+  elseif raw then
+    if tick_mode then
+      redis.call('ZADD', KEYS[6], due, id)
+    end
     out[k] = schedule_existing(id, due, payload, raw)
   else
+    if tick_mode then
+      redis.call('ZADD', KEYS[6], due, id)
+    end
     new_records[#new_records + 1] = id
     new_records[#new_records + 1] = fresh_header .. payload
     new_dues[#new_dues + 1] = due

@@ -31,6 +31,7 @@ mod error;
 mod hash;
 mod memory;
 mod model;
+mod recurring;
 mod redis;
 mod store;
 
@@ -38,5 +39,8 @@ pub use error::{StorageError, StorageResult};
 pub use hash::{partition_of, stable_hash};
 pub use memory::MemoryStore;
 pub use model::*;
+pub use recurring::{
+    recurring_shard, RecurringStore, ShardLook, StoredSchedule, TickOutcome, RECURRING_SHARDS,
+};
 pub use redis::{RedisStore, RedisStoreOptions, WaitReplicas};
 pub use store::{ItemResult, TaskStore};

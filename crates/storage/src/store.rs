@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 
 use crate::error::StorageResult;
+use crate::recurring::RecurringStore;
 use crate::model::{
     AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask,
     Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
@@ -40,8 +41,10 @@ pub type ItemResult = StorageResult<ScheduleOutcome>;
 /// task was in flight, its handler's `ack`/`fail` reports `Superseded` and the new schedule
 /// stands, unless the new schedule has the same due as the running one: that is a resend of
 /// the fire in progress, reported as `Duplicate` (guarantee 6).
+///
+/// Every store also keeps recurring schedules and the tick ledger ([`RecurringStore`]).
 #[async_trait]
-pub trait TaskStore: Send + Sync + 'static {
+pub trait TaskStore: RecurringStore + Send + Sync + 'static {
     /// Records the number of partitions of `queue` the first time it is used and returns it;
     /// afterwards fails with `PartitionMismatch` when `partitions` differs from the record.
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32>;

@@ -13,8 +13,8 @@ use delayq_engine::config::{BackoffConfig, Config, QueueConfig};
 use delayq_engine::{MemoryBackend, Scheduler, SchedulerBuilder, Task};
 use delayq_storage::{
     AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, ItemResult, LeaseToken,
-    NewTask, Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StorageResult,
-    TaskId, TaskInfo, TaskStore,
+    NewTask, Partition, PartitionStats, QueueName, RecurringStore, ScheduleMode, ScheduleOutcome,
+    ShardLook, StorageResult, StoredSchedule, TaskId, TaskInfo, TaskStore, TickOutcome,
 };
 use delayq_testkit::{RedisOptions, RedisServer};
 use parking_lot::Mutex;
@@ -253,6 +253,42 @@ impl RecordingStore {
     /// Tasks put back after their lease expired.
     pub fn requeued(&self) -> u64 {
         self.requeued.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl RecurringStore for RecordingStore {
+    async fn recurring_get(&self, name: &str) -> StorageResult<Option<StoredSchedule>> {
+        self.inner.recurring_get(name).await
+    }
+    async fn recurring_list(&self) -> StorageResult<Vec<StoredSchedule>> {
+        self.inner.recurring_list().await
+    }
+    async fn recurring_swap(
+        &self,
+        name: &str,
+        expected: Option<&str>,
+        new: Option<&str>,
+        next_ms: Option<u64>,
+    ) -> StorageResult<bool> {
+        self.inner.recurring_swap(name, expected, new, next_ms).await
+    }
+    async fn recurring_due(
+        &self,
+        shard: u32,
+        until_ms: u64,
+        limit: usize,
+    ) -> StorageResult<ShardLook> {
+        self.inner.recurring_due(shard, until_ms, limit).await
+    }
+    async fn recurring_fired(&self, name: &str, tick_ms: u64, fired_ms: u64) -> StorageResult<()> {
+        self.inner.recurring_fired(name, tick_ms, fired_ms).await
+    }
+    async fn create_tick(&self, partition: &Partition, task: NewTask) -> StorageResult<TickOutcome> {
+        self.inner.create_tick(partition, task).await
+    }
+    async fn forget_ticks(&self, partition: &Partition, ids: &[TaskId]) -> StorageResult<()> {
+        self.inner.forget_ticks(partition, ids).await
     }
 }
 

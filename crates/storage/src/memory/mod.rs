@@ -13,6 +13,7 @@
 
 mod index;
 mod partition;
+mod recurring;
 #[cfg(test)]
 mod tests;
 
@@ -80,6 +81,9 @@ struct Inner {
     clock: Clock,
     queues: RwLock<BTreeMap<QueueName, u32>>,
     partitions: RwLock<HashMap<Partition, Arc<Mutex<PartitionState>>>>,
+    /// The recurring schedules (one lock: the shards of the Redis backend are only a way to
+    /// spread them over a cluster's masters).
+    recurring: Mutex<BTreeMap<String, recurring::Schedule>>,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -115,6 +119,7 @@ impl MemoryStore {
                 clock,
                 queues: RwLock::new(BTreeMap::new()),
                 partitions: RwLock::new(HashMap::new()),
+                recurring: Mutex::new(BTreeMap::new()),
             }),
         }
     }

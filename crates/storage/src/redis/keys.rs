@@ -22,6 +22,9 @@ pub(crate) struct PartitionKeys {
     /// `STRING`: the receipt of the partition's latest claim, kept for one lease, so that a
     /// claim whose reply was lost can be recovered (`recover_claim.lua`).
     pub receipt: String,
+    /// `ZSET tick id -> tick ms`: the tick ledger of recurring schedules (see
+    /// [`RecurringStore`](crate::RecurringStore)).
+    pub ticks: String,
 }
 
 impl PartitionKeys {
@@ -35,6 +38,31 @@ impl PartitionKeys {
             done: format!("{base}done"),
             dead: format!("{base}dead"),
             receipt: format!("{base}claim"),
+            ticks: format!("{base}ticks"),
+        }
+    }
+}
+
+/// The keys of one recurring shard. The tag `{recurring#<shard>}` cannot be a partition's:
+/// queue names have no `#`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RecurringKeys {
+    /// `HASH name -> record`.
+    pub schedules: String,
+    /// `ZSET name -> next tick ms` of the active schedules.
+    pub next: String,
+    /// `HASH name -> '<tick_ms>:<fired_ms>'` of the latest fired tick.
+    pub fired: String,
+}
+
+impl RecurringKeys {
+    /// The keys of `shard` under `prefix`.
+    pub(crate) fn new(prefix: &str, shard: u32) -> Self {
+        let base = format!("{prefix}:{{recurring#{shard}}}:");
+        RecurringKeys {
+            schedules: format!("{base}schedules"),
+            next: format!("{base}next"),
+            fired: format!("{base}fired"),
         }
     }
 }
@@ -66,6 +94,11 @@ mod tests {
         assert_eq!(keys.done, "delayq:{order-timeout:7}:done");
         assert_eq!(keys.dead, "delayq:{order-timeout:7}:dead");
         assert_eq!(keys.receipt, "delayq:{order-timeout:7}:claim");
+        assert_eq!(keys.ticks, "delayq:{order-timeout:7}:ticks");
+        let recurring = RecurringKeys::new("delayq", 3);
+        assert_eq!(recurring.schedules, "delayq:{recurring#3}:schedules");
+        assert_eq!(recurring.next, "delayq:{recurring#3}:next");
+        assert_eq!(recurring.fired, "delayq:{recurring#3}:fired");
         assert_eq!(registry_key("delayq"), "delayq:{cluster}:queues");
         assert_eq!(legacy_registry_key("delayq"), "delayq:queues");
     }

@@ -12,6 +12,10 @@
 //! <prefix>:{<queue>:<p>}:done       ZSET id -> completed_ms      executed-set (dedup)
 //! <prefix>:{<queue>:<p>}:dead       ZSET id -> failed_ms         dead letters
 //! <prefix>:{<queue>:<p>}:claim      STRING                       receipt of the latest claim
+//! <prefix>:{<queue>:<p>}:ticks      ZSET tick id -> tick ms      tick ledger (recurring.rs)
+//! <prefix>:{recurring#<s>}:schedules HASH name -> record         recurring schedules, 16 shards
+//! <prefix>:{recurring#<s>}:next     ZSET name -> next tick ms    the active ones, by next tick
+//! <prefix>:{recurring#<s>}:fired    HASH name -> tick:fired_ms   the latest tick handed to a handler
 //! <prefix>:{cluster}:queues         HASH queue -> partition count (registry.rs)
 //! ```
 //!
@@ -79,6 +83,7 @@ mod error_map;
 mod keys;
 mod lease;
 mod record;
+mod recurring;
 mod registry;
 mod replication;
 mod reply;

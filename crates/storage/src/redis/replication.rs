@@ -121,11 +121,26 @@ impl RedisStore {
         partition: &Partition,
         operation: &'static str,
     ) -> StorageResult<()> {
+        if self.replication.is_none() {
+            return Ok(());
+        }
+        self.confirm_key(writer, &self.keys(partition).due, operation)
+            .await
+    }
+
+    /// Returns once `wait_replicas` replicas confirmed the writes `writer`'s connection made
+    /// to the master of `key`'s slot so far; at once when no waiting is configured.
+    pub(crate) async fn confirm_key(
+        &self,
+        writer: Writer,
+        key: &str,
+        operation: &'static str,
+    ) -> StorageResult<()> {
         let Some(replication) = &self.replication else {
             return Ok(());
         };
         let route = match self.firing.kind() {
-            TopologyKind::Cluster => self.keys(partition).due,
+            TopologyKind::Cluster => key.to_owned(),
             // One master: any route reaches it.
             TopologyKind::Standalone | TopologyKind::Sentinel => String::new(),
         };

@@ -390,21 +390,30 @@ fn parse_outcomes<'a>(
             .next()
             .and_then(text)
             .ok_or_else(|| unexpected_reply(operation, "fewer verdicts than items"))?;
-        let (code, detail) = verdict.split_at(verdict.chars().next().map_or(0, char::len_utf8));
-        let due = || detail.parse::<u64>().ok();
-        let result = match (code, due()) {
-            ("C", _) => Ok(ScheduleOutcome::Created),
-            ("D", _) => Ok(ScheduleOutcome::Duplicate),
-            ("R", Some(previous_due_ms)) => Ok(ScheduleOutcome::Replaced { previous_due_ms }),
-            ("K", Some(due_ms)) => Ok(ScheduleOutcome::Kept { due_ms }),
-            ("X", _) => Err(StorageError::CorruptRecord {
-                key: tasks_key.to_owned(),
-                field: id.to_string(),
-                reason: detail.to_owned(),
-            }),
-            _ => Err(unexpected_reply(operation, format!("verdict {verdict:?}"))),
-        };
-        results.push(result);
+        results.push(parse_verdict(operation, tasks_key, id, &verdict));
     }
     Ok(results)
+}
+
+/// One verdict of `schedule.lua` (`C`, `R<previous due>`, `K<due>`, `D`, `X<reason>`) for `id`.
+pub(crate) fn parse_verdict(
+    operation: &'static str,
+    tasks_key: &str,
+    id: &TaskId,
+    verdict: &str,
+) -> ItemResult {
+    let (code, detail) = verdict.split_at(verdict.chars().next().map_or(0, char::len_utf8));
+    let due = || detail.parse::<u64>().ok();
+    match (code, due()) {
+        ("C", _) => Ok(ScheduleOutcome::Created),
+        ("D", _) => Ok(ScheduleOutcome::Duplicate),
+        ("R", Some(previous_due_ms)) => Ok(ScheduleOutcome::Replaced { previous_due_ms }),
+        ("K", Some(due_ms)) => Ok(ScheduleOutcome::Kept { due_ms }),
+        ("X", _) => Err(StorageError::CorruptRecord {
+            key: tasks_key.to_owned(),
+            field: id.to_string(),
+            reason: detail.to_owned(),
+        }),
+        _ => Err(unexpected_reply(operation, format!("verdict {verdict:?}"))),
+    }
 }

@@ -44,11 +44,14 @@ pub(crate) struct Scripts {
     pub retry_dead: Script,
     pub purge_dead: Script,
     pub recover_claim: Script,
+    pub recurring_swap: Script,
+    pub recurring_due: Script,
+    pub recurring_fired: Script,
 }
 
 impl Scripts {
     /// All of them, for preloading.
-    pub(crate) fn all(&self) -> [&Script; 13] {
+    pub(crate) fn all(&self) -> [&Script; 16] {
         [
             &self.schedule,
             &self.claim_due,
@@ -63,6 +66,9 @@ impl Scripts {
             &self.retry_dead,
             &self.purge_dead,
             &self.recover_claim,
+            &self.recurring_swap,
+            &self.recurring_due,
+            &self.recurring_fired,
         ]
     }
 }
@@ -85,4 +91,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     retry_dead: script(&[RECORD], include_str!("../../lua/retry_dead.lua")),
     purge_dead: script(&[UTIL], include_str!("../../lua/purge_dead.lua")),
     recover_claim: script(&[RECORD], include_str!("../../lua/recover_claim.lua")),
+    recurring_swap: script(&[], include_str!("../../lua/recurring_swap.lua")),
+    recurring_due: script(&[], include_str!("../../lua/recurring_due.lua")),
+    recurring_fired: script(&[], include_str!("../../lua/recurring_fired.lua")),
 });

@@ -20,6 +20,7 @@ pub mod input;
 pub mod lease;
 pub mod queues;
 pub mod races;
+pub mod recurring;
 pub mod schedule;
 
 use std::any::Any;
@@ -389,6 +390,19 @@ macro_rules! conformance_suite {
                 cancel_racing_claim_never_both_cancels_and_completes,
                 ack_racing_requeue_expired_is_all_or_nothing,
                 concurrent_upserts_of_one_id_leave_exactly_one_pending_task,
+            ],
+            recurring: [
+                swap_creates_only_when_absent_and_replaces_only_the_expected_record,
+                due_returns_active_schedules_by_next_tick_and_the_earliest_after_them,
+                swap_without_a_next_tick_takes_the_schedule_out_of_the_due_set,
+                delete_removes_the_schedule_and_what_was_learnt_of_its_fires,
+                fired_is_learnt_only_for_an_existing_schedule_and_only_forward,
+                list_spans_every_shard_sorted_by_name,
+                create_tick_is_a_no_op_once_in_the_ledger_even_with_no_retention,
+                create_tick_keeps_a_live_task_of_the_same_id,
+                create_tick_checks_the_payload_before_writing,
+                concurrent_tick_creations_create_it_once,
+                concurrent_swaps_from_one_record_let_exactly_one_win,
             ],
             input: [
                 queue_name_empty_is_rejected,

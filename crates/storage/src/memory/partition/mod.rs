@@ -16,6 +16,7 @@ pub(super) use self::lease::StaleLease;
 pub(super) use self::receipt::ClaimRequest;
 use self::receipt::Receipt;
 use super::index::TimeIndex;
+use crate::recurring::TickOutcome;
 use crate::model::{
     Cancel, ClaimBatch, ClaimedTask, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome,
     TaskId, TaskInfo, TaskState,
@@ -92,6 +93,8 @@ pub(super) struct PartitionState {
     sequence: u64,
     /// The latest claim, for `recover_claim`.
     receipt: Option<Receipt>,
+    /// The tick ledger: ids of recurring ticks created and not yet forgotten.
+    ticks: HashMap<TaskId, u64>,
 }
 
 impl Record {
@@ -223,6 +226,31 @@ impl PartitionState {
             },
         );
         outcome
+    }
+
+    /// Creates a recurring tick's task unless the ledger has its id (then nothing changes).
+    pub(super) fn create_tick(
+        &mut self,
+        task: NewTask,
+        now_ms: u64,
+        retention_ms: u64,
+    ) -> TickOutcome {
+        if self.ticks.contains_key(&task.id) {
+            return TickOutcome::AlreadyCreated;
+        }
+        self.ticks.insert(task.id.clone(), task.due_ms);
+        match self.schedule(task, ScheduleMode::IfAbsent, now_ms, retention_ms) {
+            ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. } => TickOutcome::Created,
+            ScheduleOutcome::Kept { due_ms } => TickOutcome::Kept { due_ms },
+            ScheduleOutcome::Duplicate => TickOutcome::Duplicate,
+        }
+    }
+
+    /// Removes ids from the tick ledger.
+    pub(super) fn forget_ticks(&mut self, ids: &[TaskId]) {
+        for id in ids {
+            self.ticks.remove(id);
+        }
     }
 
     /// Cancels a task: removes a pending or dead one; marks one in flight (generation 0) so
