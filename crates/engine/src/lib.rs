@@ -38,6 +38,7 @@ mod handler;
 mod health;
 mod maintenance;
 mod partition;
+pub mod recurring;
 mod runtime;
 mod scheduler;
 mod task;

@@ -1,0 +1,1 @@
+//! Tests of the calendar over real zone data.

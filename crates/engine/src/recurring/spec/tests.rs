@@ -1,0 +1,1 @@
+//! Tests of spec validation and the stored form.
