@@ -220,6 +220,7 @@ impl SchedulerBuilder {
             rebalancing: tokio::sync::Mutex::new(()),
             killed: std::sync::atomic::AtomicBool::new(false),
             stop: CancellationToken::new(),
+            recurring_changed: tokio::sync::Notify::new(),
         });
         let scheduler = Scheduler::new(runtime.clone());
         // Queues with their own handler are registered (and their partition count checked)
@@ -239,6 +240,8 @@ impl SchedulerBuilder {
             }
         }
         if runtime.is_member() {
+            // Before the driver starts, so that a node's first look sees what it declared.
+            scheduler.declare_configured_recurring().await?;
             scheduler.loops().spawn(run_timer(runtime.clone()));
             scheduler
                 .loops()
@@ -252,6 +255,11 @@ impl SchedulerBuilder {
             scheduler
                 .loops()
                 .spawn(run_ownership(runtime.clone(), membership));
+            let membership = runtime.coordinator.membership();
+            scheduler.loops().spawn(crate::recurring::run_driver(
+                scheduler.clone(),
+                membership,
+            ));
         }
         tracing::info!(
             node = runtime.node_id(),

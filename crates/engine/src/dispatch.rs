@@ -64,6 +64,9 @@ async fn execute(
         lateness_ms = task.fired_ms.saturating_sub(task.due_ms),
         "firing"
     );
+    if task.attempt == 1 {
+        record_tick_fired(&runtime, &task);
+    }
     let queue_label = queue.name.as_str().to_owned();
     metrics::counter!("delayq_tasks_fired_total", "queue" => queue_label.clone()).increment(1);
     metrics::histogram!("delayq_fire_lateness_seconds", "queue" => queue_label.clone())
@@ -121,6 +124,22 @@ async fn execute(
 }
 
 /// Counts a settled attempt (`delayq_tasks_completed_total{queue,outcome}`).
+/// A task whose id is a recurring tick (`<name>@<tick_ms>`): tell its schedule when it fired
+/// (`delayq recurring get` shows it), in the background, best effort.
+fn record_tick_fired(runtime: &Arc<Runtime>, task: &Task) {
+    let Some((name, tick_ms)) = crate::recurring::parse_tick_id(&task.id) else {
+        return;
+    };
+    let name = name.to_owned();
+    let store = runtime.store.clone();
+    let fired_ms = task.fired_ms;
+    tokio::spawn(async move {
+        if let Err(error) = store.recurring_fired(&name, tick_ms, fired_ms).await {
+            tracing::debug!(schedule = %name, %error, "could not record a tick's fire");
+        }
+    });
+}
+
 fn completed(queue: &delayq_storage::QueueName, outcome: &'static str) {
     metrics::counter!("delayq_tasks_completed_total", "queue" => queue.as_str().to_owned(), "outcome" => outcome)
         .increment(1);

@@ -39,6 +39,17 @@ pub enum EngineError {
         /// The queue.
         queue: String,
     },
+    /// A recurring schedule's name or spec is invalid (names the field and the value).
+    #[error(transparent)]
+    InvalidSpec(#[from] crate::recurring::SpecError),
+    /// A recurring schedule's stored record cannot be read, or kept changing under a write.
+    #[error("recurring schedule {name:?}: {reason}")]
+    CorruptSchedule {
+        /// The schedule's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The scheduler is shutting down or was shut down.
     #[error("the scheduler is shut down")]
     ShutDown,

@@ -74,6 +74,8 @@ pub(crate) struct Runtime {
     /// Set by a simulated crash: claimed tasks are not run any more.
     pub(crate) killed: std::sync::atomic::AtomicBool,
     /// Cancelled when the node stops claiming (shutdown or crash).
+    /// Woken when this process changed a recurring schedule, so the driver looks at once.
+    pub(crate) recurring_changed: tokio::sync::Notify,
     pub(crate) stop: CancellationToken,
 }
 

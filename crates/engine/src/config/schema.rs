@@ -1,11 +1,12 @@
 //! The schema walk: the YAML tree to a [`Config`], rejecting unknown keys by their dotted
 //! path and remembering the line of every key for later error messages.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use delayq_storage::QueueName;
 
 use super::error::ConfigError;
+use crate::recurring::{RawSpec, RecurringSpec, ScheduleName};
 use super::http::HttpConfig;
 use super::topology::{SentinelConfig, TlsConfig, SENTINEL_KEYS, TLS_KEYS, TOPOLOGY_KEYS};
 use super::types::{BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig};
@@ -20,6 +21,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "engine",
     "queue_defaults",
     "queues",
+    "recurring",
 ];
 /// The keys of `http:`.
 pub(crate) const HTTP_KEYS: &[&str] = &["listen", "token", "read_only"];
@@ -56,6 +58,20 @@ pub(crate) const QUEUE_KEYS: &[&str] = &[
     "backoff",
     "timeout",
 ];
+/// The keys of each entry of `recurring:`.
+pub(crate) const RECURRING_KEYS: &[&str] = &[
+    "queue",
+    "cron",
+    "tz",
+    "every",
+    "payload",
+    "misfire",
+    "misfire_grace",
+    "max_catchup",
+    "overlap",
+    "start_at",
+    "end_at",
+];
 /// The keys of a queue's `backoff:`.
 pub(crate) const BACKOFF_KEYS: &[&str] = &["initial", "max"];
 
@@ -74,6 +90,7 @@ pub(crate) fn known_keys_beside(key: &str) -> &'static [&'static str] {
         "queue_defaults" => QUEUE_KEYS,
         _ if parent.ends_with(".backoff") => BACKOFF_KEYS,
         _ if parent.starts_with("queues.") => QUEUE_KEYS,
+        _ if parent.starts_with("recurring.") => RECURRING_KEYS,
         _ => TOP_KEYS,
     }
 }
@@ -135,6 +152,7 @@ pub(crate) fn parse(text: &str, source_name: &str) -> Result<Parsed, ConfigError
             "queue_defaults" => walk.queue(&path, value, &mut config.queue_defaults)?,
             // Read last, once `queue_defaults` is known, whatever the order in the file.
             "queues" => queues = Some(value),
+            "recurring" => walk.recurring(value, &mut config.recurring)?,
             _ => return Err(walk.unknown(path, key)),
         }
     }
@@ -331,6 +349,55 @@ impl Walk<'_> {
                 "timeout" => queue.timeout = duration(&key_path, value)?,
                 _ => return Err(self.unknown(key_path, key)),
             }
+        }
+        Ok(())
+    }
+
+    /// Reads `recurring:`: each entry a schedule name and its spec, validated here so that a
+    /// bad one is refused at start with its key and line.
+    fn recurring(
+        &mut self,
+        node: &Node,
+        into: &mut BTreeMap<String, RecurringSpec>,
+    ) -> Result<(), ConfigError> {
+        for (name_key, entry) in self.section("recurring", node)? {
+            let path = self.record("recurring", name_key, entry);
+            ScheduleName::new(&name_key.name).map_err(|error| ConfigError::InvalidValue {
+                key: path.clone(),
+                value: name_key.name.clone(),
+                reason: error.reason,
+                line: Some(name_key.line),
+            })?;
+            let mut raw = RawSpec::default();
+            let mut lines: HashMap<&'static str, usize> = HashMap::new();
+            for (key, value) in self.section(&path, entry)? {
+                let key_path = self.record(&path, key, value);
+                let Some(&field) = RECURRING_KEYS.iter().find(|field| **field == key.name) else {
+                    return Err(self.unknown(key_path, key));
+                };
+                lines.insert(field, value.line);
+                let text = Some(string(&key_path, value)?);
+                match field {
+                    "queue" => raw.queue = text,
+                    "cron" => raw.cron = text,
+                    "tz" => raw.tz = text,
+                    "every" => raw.every = text,
+                    "payload" => raw.payload = text,
+                    "misfire" => raw.misfire = text,
+                    "misfire_grace" => raw.misfire_grace = text,
+                    "max_catchup" => raw.max_catchup = text,
+                    "overlap" => raw.overlap = text,
+                    "start_at" => raw.start_at = text,
+                    _ => raw.end_at = text,
+                }
+            }
+            let spec = raw.validate().map_err(|error| ConfigError::InvalidValue {
+                key: format!("{path}.{}", error.field),
+                value: error.value.clone(),
+                reason: error.reason.clone(),
+                line: Some(lines.get(error.field).copied().unwrap_or(name_key.line)),
+            })?;
+            into.insert(name_key.name.clone(), spec);
         }
         Ok(())
     }

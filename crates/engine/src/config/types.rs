@@ -29,6 +29,9 @@ pub struct Config {
     pub queue_defaults: QueueConfig,
     /// Per-queue settings by queue name (`queues:`); see [`Config::queue`].
     pub queues: BTreeMap<String, QueueConfig>,
+    /// Recurring schedules by name (`recurring:`), validated when the file is read; every node
+    /// and `delayq serve` upsert them at start (an unchanged spec moves nothing).
+    pub recurring: BTreeMap<String, crate::recurring::RecurringSpec>,
 }
 
 /// The `redis:` section. Its `Debug` output hides the password in the URL.
