@@ -80,6 +80,7 @@ impl From<EngineError> for CliError {
         let usage = match &error {
             EngineError::Config(_)
             | EngineError::InvalidWhen { .. }
+            | EngineError::InvalidSpec(_)
             | EngineError::DuplicateHandler { .. } => true,
             EngineError::Storage(storage) => is_input_error(storage),
             EngineError::Coordinator(CoordinatorError::InvalidConfig { .. }) => true,

@@ -11,6 +11,7 @@ mod inspect;
 mod load;
 mod node;
 mod output;
+mod recurring;
 mod schedule;
 mod serve;
 mod stats;
@@ -40,6 +41,7 @@ Examples:
   delayq dead order-timeout                     # dead letters with their last error
   delayq retry order-timeout --all              # schedule the dead letters again, now
   delayq serve                                  # HTTP API, dashboard, /metrics on 127.0.0.1:7070
+  delayq recurring set nightly --queue reports --cron '0 9 * * *' --tz Europe/Berlin
 
 Configuration: --config FILE, else ./cluster.yaml if it exists, else the built-in defaults.
 DELAYQ_REDIS_URL, DELAYQ_KEY_PREFIX, DELAYQ_NODE_NAME, DELAYQ_HTTP_LISTEN and DELAYQ_HTTP_TOKEN
@@ -93,6 +95,9 @@ pub enum Command {
     /// The HTTP API, dashboard and /metrics, without joining the cluster.
     #[command(after_help = serve::SERVE_EXAMPLES)]
     Serve(serve::ServeArgs),
+    /// Recurring schedules: set, list, get, delete, pause, resume, and a preview of ticks.
+    #[command(subcommand, after_help = recurring::RECURRING_EXAMPLES)]
+    Recurring(recurring::RecurringCommand),
     /// An in-process cluster on the in-memory backend: tasks fire, a node dies, its work is taken over.
     Demo(demo::DemoArgs),
     /// The load and precision benchmark.
@@ -126,6 +131,13 @@ pub async fn run(cli: Cli) -> CliResult<()> {
         Command::Retry(args) => dead::retry(args, load_config(config.as_deref())?).await,
         Command::Purge(args) => dead::purge(args, load_config(config.as_deref())?).await,
         Command::Serve(args) => serve::run(args, load_config(config.as_deref())?).await,
+        Command::Recurring(command) => match command {
+            // The preview needs neither Redis nor a configuration.
+            recurring::RecurringCommand::Next(_) => {
+                recurring::run(command, json, Config::default()).await
+            }
+            command => recurring::run(command, json, load_config(config.as_deref())?).await,
+        },
         Command::Demo(args) => demo::run(args, json, config)
             .await
             .map_err(CliError::from_boxed),

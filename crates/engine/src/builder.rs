@@ -256,10 +256,9 @@ impl SchedulerBuilder {
                 .loops()
                 .spawn(run_ownership(runtime.clone(), membership));
             let membership = runtime.coordinator.membership();
-            scheduler.loops().spawn(crate::recurring::run_driver(
-                scheduler.clone(),
-                membership,
-            ));
+            scheduler
+                .loops()
+                .spawn(crate::recurring::run_driver(scheduler.clone(), membership));
         }
         tracing::info!(
             node = runtime.node_id(),

@@ -52,9 +52,9 @@ impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
         let status = match &error {
             EngineError::Storage(storage) => return storage_status(storage, error.to_string()),
-            EngineError::InvalidWhen { .. } | EngineError::InvalidPayload { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            EngineError::InvalidWhen { .. }
+            | EngineError::InvalidPayload { .. }
+            | EngineError::InvalidSpec(_) => StatusCode::BAD_REQUEST,
             EngineError::Coordinator(CoordinatorError::InvalidConfig { .. })
             | EngineError::Config(_)
             | EngineError::DuplicateHandler { .. } => StatusCode::INTERNAL_SERVER_ERROR,

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use delayq_coordinator::QueueFilter;
 use delayq_engine::admin::{NodeStatus, PendingTask};
+use delayq_engine::recurring::{Cadence, RecurringSchedule, RecurringSet};
 use delayq_storage::{Cancel, DeadTask, PartitionStats, TaskInfo};
 use serde_json::{json, Map, Value};
 
@@ -185,4 +186,60 @@ mod tests {
             json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
         );
     }
+}
+
+/// The answer to a recurring upsert: `{"name","queue","next_ms","result"}`.
+pub fn recurring_set(set: &RecurringSet) -> Value {
+    json!({
+        "name": set.name,
+        "queue": set.queue,
+        "next_ms": set.next_ms,
+        "result": set.result.as_str(),
+    })
+}
+
+/// A recurring schedule as `delayq recurring get` prints it: its spec (`queue`, `cron` and
+/// `tz` or `every`, `payload`, `misfire`, `misfire_grace`, `max_catchup`, `overlap`,
+/// `start_at_ms`, `end_at_ms`), `paused`, `next_ms`, `last_tick_ms`, `last_fired_ms` and the
+/// counts `fired`, `skipped`, `missed`.
+pub fn recurring(schedule: &RecurringSchedule) -> Value {
+    let spec = &schedule.spec;
+    let mut object = Map::new();
+    object.insert("name".to_owned(), Value::from(schedule.name.as_str()));
+    object.insert("queue".to_owned(), Value::from(spec.queue.as_str()));
+    match &spec.cadence {
+        Cadence::Cron { expr, tz } => {
+            object.insert("cron".to_owned(), Value::from(expr.as_str()));
+            object.insert("tz".to_owned(), Value::from(tz.as_str()));
+        }
+        Cadence::Every { every_ms } => {
+            let every = humantime::format_duration(std::time::Duration::from_millis(*every_ms));
+            object.insert("every".to_owned(), Value::from(every.to_string()));
+            object.insert("every_ms".to_owned(), Value::from(*every_ms));
+        }
+    }
+    object.insert("payload".to_owned(), Value::from(spec.payload.clone()));
+    object.insert("misfire".to_owned(), Value::from(spec.misfire.as_str()));
+    let grace = humantime::format_duration(std::time::Duration::from_millis(spec.misfire_grace_ms));
+    object.insert("misfire_grace".to_owned(), Value::from(grace.to_string()));
+    object.insert("max_catchup".to_owned(), Value::from(spec.max_catchup));
+    object.insert("overlap".to_owned(), Value::from(spec.overlap.as_str()));
+    object.insert("start_at_ms".to_owned(), Value::from(spec.start_at_ms));
+    object.insert("end_at_ms".to_owned(), Value::from(spec.end_at_ms));
+    object.insert("paused".to_owned(), Value::from(schedule.paused));
+    object.insert("next_ms".to_owned(), Value::from(schedule.next_ms));
+    object.insert(
+        "last_tick_ms".to_owned(),
+        Value::from(schedule.last_tick_ms),
+    );
+    object.insert(
+        "last_fired_ms".to_owned(),
+        Value::from(schedule.last_fired_ms),
+    );
+    object.insert("fired".to_owned(), Value::from(schedule.fired));
+    object.insert("skipped".to_owned(), Value::from(schedule.skipped));
+    object.insert("missed".to_owned(), Value::from(schedule.missed));
+    object.insert("created_ms".to_owned(), Value::from(schedule.created_ms));
+    object.insert("updated_ms".to_owned(), Value::from(schedule.updated_ms));
+    Value::Object(object)
 }

@@ -104,8 +104,12 @@ pub trait RecurringStore: Send + Sync + 'static {
 
     /// The active schedules of `shard` due at or before `until_ms` (at most `limit`, earliest
     /// first), the earliest next tick after them, and the shard's schedule count: one call.
-    async fn recurring_due(&self, shard: u32, until_ms: u64, limit: usize)
-        -> StorageResult<ShardLook>;
+    async fn recurring_due(
+        &self,
+        shard: u32,
+        until_ms: u64,
+        limit: usize,
+    ) -> StorageResult<ShardLook>;
 
     /// Records that the tick `tick_ms` of `name` was handed to a handler at `fired_ms`, if the
     /// schedule exists (a task id that merely looks like a tick changes nothing).

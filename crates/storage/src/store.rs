@@ -3,11 +3,11 @@
 use async_trait::async_trait;
 
 use crate::error::StorageResult;
-use crate::recurring::RecurringStore;
 use crate::model::{
     AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask,
     Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
 };
+use crate::recurring::RecurringStore;
 
 /// The outcome of one item of [`TaskStore::schedule_many`], in the order given.
 pub type ItemResult = StorageResult<ScheduleOutcome>;

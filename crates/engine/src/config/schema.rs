@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use delayq_storage::QueueName;
 
 use super::error::ConfigError;
-use crate::recurring::{RawSpec, RecurringSpec, ScheduleName};
 use super::http::HttpConfig;
 use super::topology::{SentinelConfig, TlsConfig, SENTINEL_KEYS, TLS_KEYS, TOPOLOGY_KEYS};
 use super::types::{BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig};
 use super::values::{count, duration, invalid, size, string, strings};
 use super::yaml::{self, Key, Node, Value};
+use crate::recurring::{RawSpec, RecurringSpec, ScheduleName};
 
 /// The top-level sections.
 pub(crate) const TOP_KEYS: &[&str] = &[

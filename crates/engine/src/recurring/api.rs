@@ -168,7 +168,8 @@ impl Scheduler {
         let Some(stored) = self.runtime.store.recurring_get(name.as_str()).await? else {
             return Ok(None);
         };
-        let record = ScheduleRecord::decode(&stored.record).map_err(|e| corrupt(&stored.name, e))?;
+        let record =
+            ScheduleRecord::decode(&stored.record).map_err(|e| corrupt(&stored.name, e))?;
         let schedule = RecurringSchedule::from_record(&stored.name, &record, stored.last_fired)
             .map_err(|error| corrupt(&stored.name, error))?;
         Ok(Some(schedule))
@@ -368,7 +369,10 @@ mod tests {
 
     #[test]
     fn tick_ids_name_the_schedule_and_the_tick() {
-        assert_eq!(tick_id("nightly", 1_700_000_000_000), "nightly@1700000000000");
+        assert_eq!(
+            tick_id("nightly", 1_700_000_000_000),
+            "nightly@1700000000000"
+        );
         assert_eq!(
             parse_tick_id("nightly@1700000000000"),
             Some(("nightly", 1_700_000_000_000))

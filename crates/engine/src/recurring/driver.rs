@@ -64,7 +64,10 @@ fn shard_owner(shard: u32, members: &Membership) -> Option<&NodeId> {
         .iter()
         .max_by_key(|member| {
             let key = format!("recurring\0{shard}\0{}", member.id.as_str());
-            (delayq_storage::stable_hash(key.as_bytes()), member.id.clone())
+            (
+                delayq_storage::stable_hash(key.as_bytes()),
+                member.id.clone(),
+            )
         })
         .map(|member| &member.id)
 }
@@ -238,7 +241,12 @@ async fn step_schedule(scheduler: &Scheduler, stored: StoredSchedule) -> EngineR
         }
         let text = next_record.encode();
         if store
-            .recurring_swap(&name, Some(&stored.record), Some(&text), next_record.next_ms)
+            .recurring_swap(
+                &name,
+                Some(&stored.record),
+                Some(&text),
+                next_record.next_ms,
+            )
             .await?
         {
             record_outcomes(&name, &plan);
@@ -296,7 +304,8 @@ async fn decide(
             let info = scheduler
                 .get(spec.queue.as_str(), &tick_id(name, previous))
                 .await?;
-            if info.is_some_and(|info| matches!(info.state, TaskState::Pending | TaskState::Inflight))
+            if info
+                .is_some_and(|info| matches!(info.state, TaskState::Pending | TaskState::Inflight))
             {
                 plan.skipped = 1;
                 return Ok(plan);
@@ -324,7 +333,11 @@ async fn create_tick(
         payload: payload.into(),
     };
     let now = scheduler.now_ms();
-    let outcome = scheduler.runtime.store.create_tick(&partition, task).await?;
+    let outcome = scheduler
+        .runtime
+        .store
+        .create_tick(&partition, task)
+        .await?;
     if outcome == TickOutcome::Created {
         crate::admin::record_scheduled(&partition.queue, &delayq_storage::ScheduleOutcome::Created);
         scheduler
@@ -352,7 +365,6 @@ fn record_outcomes(name: &str, plan: &Plan) {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -394,7 +406,10 @@ mod tests {
             let node = NodeId::from_string(id);
             let kept = owned_shards(&node, &before);
             let now = owned_shards(&node, &after);
-            assert!(kept.iter().all(|shard| now.contains(shard)), "{id}: {kept:?} -> {now:?}");
+            assert!(
+                kept.iter().all(|shard| now.contains(shard)),
+                "{id}: {kept:?} -> {now:?}"
+            );
         }
     }
 }

@@ -21,9 +21,9 @@ mod driver;
 mod record;
 pub mod spec;
 
-pub use calendar::{Calendar, TICKS_IN_MAX_STEPS};
-pub use api::tick_id;
 pub(crate) use api::parse_tick_id;
+pub use api::tick_id;
+pub use calendar::{Calendar, TICKS_IN_MAX_STEPS};
 pub(crate) use driver::run_driver;
 pub use driver::{OVERLAP_SKIP_LEAD, TICK_LEAD};
 pub use record::{RecurringSchedule, RecurringSet, UpsertResult};

@@ -74,8 +74,8 @@ impl ScheduleRecord {
 
     /// Reads a stored record.
     pub(crate) fn decode(text: &str) -> Result<Self, String> {
-        let record: ScheduleRecord =
-            serde_json::from_str(text).map_err(|error| format!("not a schedule record: {error}"))?;
+        let record: ScheduleRecord = serde_json::from_str(text)
+            .map_err(|error| format!("not a schedule record: {error}"))?;
         if record.v != VERSION {
             return Err(format!("unknown schedule record version {}", record.v));
         }

@@ -271,7 +271,9 @@ impl RecurringStore for RecordingStore {
         new: Option<&str>,
         next_ms: Option<u64>,
     ) -> StorageResult<bool> {
-        self.inner.recurring_swap(name, expected, new, next_ms).await
+        self.inner
+            .recurring_swap(name, expected, new, next_ms)
+            .await
     }
     async fn recurring_due(
         &self,
@@ -284,7 +286,11 @@ impl RecurringStore for RecordingStore {
     async fn recurring_fired(&self, name: &str, tick_ms: u64, fired_ms: u64) -> StorageResult<()> {
         self.inner.recurring_fired(name, tick_ms, fired_ms).await
     }
-    async fn create_tick(&self, partition: &Partition, task: NewTask) -> StorageResult<TickOutcome> {
+    async fn create_tick(
+        &self,
+        partition: &Partition,
+        task: NewTask,
+    ) -> StorageResult<TickOutcome> {
         self.inner.create_tick(partition, task).await
     }
     async fn forget_ticks(&self, partition: &Partition, ids: &[TaskId]) -> StorageResult<()> {

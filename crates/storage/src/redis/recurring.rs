@@ -210,9 +210,7 @@ impl RecurringStore for RedisStore {
             TickOutcome::AlreadyCreated
         } else {
             match super::schedule::parse_verdict(OPERATION, &keys.tasks, &task.id, &verdict)? {
-                ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. } => {
-                    TickOutcome::Created
-                }
+                ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. } => TickOutcome::Created,
                 ScheduleOutcome::Kept { due_ms } => TickOutcome::Kept { due_ms },
                 ScheduleOutcome::Duplicate => TickOutcome::Duplicate,
             }
@@ -254,8 +252,7 @@ fn parse_look(operation: &'static str, reply: Value) -> StorageResult<ShardLook>
         .and_then(|value| number(&value))
         .ok_or_else(|| unexpected_reply(operation, "no schedule count"))?;
     let mut due = Vec::new();
-    while let (Some(name), Some(record), Some(fired)) = (items.next(), items.next(), items.next())
-    {
+    while let (Some(name), Some(record), Some(fired)) = (items.next(), items.next(), items.next()) {
         let (Some(name), Some(record)) = (text(name), text(record)) else {
             return Err(unexpected_reply(operation, "a name or record is not text"));
         };

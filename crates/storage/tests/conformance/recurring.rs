@@ -42,7 +42,11 @@ pub async fn swap_creates_only_when_absent_and_replaces_only_the_expected_record
         .recurring_swap("s", Some("v1"), Some("v2"), Some(T0 + 1))
         .await
         .expect("swap"));
-    let stored = store.recurring_get("s").await.expect("get").expect("exists");
+    let stored = store
+        .recurring_get("s")
+        .await
+        .expect("get")
+        .expect("exists");
     assert_eq!((stored.name.as_str(), stored.record.as_str()), ("s", "v2"));
     assert_eq!(stored.last_fired, None);
 }
@@ -104,11 +108,19 @@ pub async fn swap_without_a_next_tick_takes_the_schedule_out_of_the_due_set(make
         .recurring_swap(&name, Some("active"), Some("paused"), None)
         .await
         .expect("pause"));
-    let look = store.recurring_due(2, T0 + 1_000_000, 10).await.expect("due");
+    let look = store
+        .recurring_due(2, T0 + 1_000_000, 10)
+        .await
+        .expect("due");
     assert!(look.due.is_empty() && look.next_ms.is_none());
     assert_eq!(look.schedules, 1);
     assert_eq!(
-        store.recurring_get(&name).await.expect("get").expect("kept").record,
+        store
+            .recurring_get(&name)
+            .await
+            .expect("get")
+            .expect("kept")
+            .record,
         "paused"
     );
 }
@@ -140,7 +152,11 @@ pub async fn delete_removes_the_schedule_and_what_was_learnt_of_its_fires(make: 
         .recurring_swap("gone", None, Some("again"), Some(T0))
         .await
         .expect("create again");
-    let again = store.recurring_get("gone").await.expect("get").expect("exists");
+    let again = store
+        .recurring_get("gone")
+        .await
+        .expect("get")
+        .expect("exists");
     assert_eq!(again.last_fired, None);
 }
 
@@ -163,7 +179,11 @@ pub async fn fired_is_learnt_only_for_an_existing_schedule_and_only_forward(make
         .recurring_fired("s", T0, T0 + 5_000)
         .await
         .expect("an older tick, reported late");
-    let stored = store.recurring_get("s").await.expect("get").expect("exists");
+    let stored = store
+        .recurring_get("s")
+        .await
+        .expect("get")
+        .expect("exists");
     assert_eq!(stored.last_fired, Some((T0 + 1_000, T0 + 1_002)));
     // A swap (an update, a pause) keeps what was learnt.
     store
@@ -218,12 +238,21 @@ pub async fn create_tick_is_a_no_op_once_in_the_ledger_even_with_no_retention(ma
     let claimed = claim_one(&store, &p, T0).await;
     assert_eq!(claimed.id.as_str(), "nightly@1700000000000");
     assert_eq!(ack(&store, &claimed).await, AckOutcome::Completed);
-    assert!(store.get(&p, &tick.id).await.expect("get").is_none(), "no done record");
+    assert!(
+        store.get(&p, &tick.id).await.expect("get").is_none(),
+        "no done record"
+    );
     assert_eq!(
-        store.create_tick(&p, tick.clone()).await.expect("after it fired"),
+        store
+            .create_tick(&p, tick.clone())
+            .await
+            .expect("after it fired"),
         TickOutcome::AlreadyCreated
     );
-    assert!(claim_all(&store, &p, T0 + 60_000).await.is_empty(), "never fires twice");
+    assert!(
+        claim_all(&store, &p, T0 + 60_000).await.is_empty(),
+        "never fires twice"
+    );
 
     // Once forgotten (the schedule moved past it), the ledger no longer guards the id.
     store
@@ -322,6 +351,10 @@ pub async fn concurrent_swaps_from_one_record_let_exactly_one_win(make: Make) {
         }
     }
     assert_eq!(winners.len(), 1, "{winners:?}");
-    let stored = store.recurring_get("s").await.expect("get").expect("exists");
+    let stored = store
+        .recurring_get("s")
+        .await
+        .expect("get")
+        .expect("exists");
     assert_eq!(stored.record, winners[0]);
 }

@@ -16,11 +16,11 @@ pub(super) use self::lease::StaleLease;
 pub(super) use self::receipt::ClaimRequest;
 use self::receipt::Receipt;
 use super::index::TimeIndex;
-use crate::recurring::TickOutcome;
 use crate::model::{
     Cancel, ClaimBatch, ClaimedTask, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome,
     TaskId, TaskInfo, TaskState,
 };
+use crate::recurring::TickOutcome;
 
 /// A live task: pending, in flight or dead.
 #[derive(Debug)]
