@@ -513,3 +513,29 @@ fn thirty_schedules_spread_over_a_three_master_cluster_fire_each_tick_once() {
         .collect();
     assert!(holding.len() >= 2, "schedules on masters {holding:?}");
 }
+
+#[test]
+fn metrics_count_ticks_by_schedule_and_outcome() {
+    let env = Env::start(&format!(
+        "{TICKS}http:\n  listen: 127.0.0.1:0\nrecurring:\n  metered:\n    queue: ticks\n    every: 1s\n"
+    ));
+    let node = env.spawn_node("web", &[]);
+    let url = common::logged_http_url(&node.stderr_text()).expect("the node logged its URL");
+    let scrape = || {
+        common::http_call("GET", &format!("{url}/metrics"), None, None)
+            .1
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    wait_until(
+        Duration::from_secs(20),
+        "ticks counted in /metrics",
+        || {
+            let text = scrape();
+            text.contains("delayq_recurring_ticks_total{schedule=\"metered\",outcome=\"fired\"}")
+                && text.contains("delayq_recurring_schedules 1")
+        },
+        scrape,
+    );
+}

@@ -6,7 +6,7 @@
 -- merely looks like a tick) or a later tick is already recorded.
 local schedules_key, fired_key = KEYS[1], KEYS[2]
 local name = ARGV[1]
-if redis.call('HEXISTS', schedules_key, name) == 0 then
+if not redis.call('HGET', schedules_key, name) then
   return 0
 end
 local previous = redis.call('HGET', fired_key, name)

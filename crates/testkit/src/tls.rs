@@ -45,6 +45,7 @@ pub const DELAYQ_COMMANDS: &[&str] = &[
     "hdel",
     "hgetall",
     "hmget",
+    "hlen",
     "zadd",
     "zrem",
     "zscore",

@@ -94,6 +94,9 @@ fn the_checked_in_cluster_yaml_is_valid_and_documents_every_key() {
     assert_eq!(device.backoff.initial, millis(200));
     assert_eq!(device.timeout, secs(5));
     assert_eq!(config.queues.len(), 2);
+    let report = &config.recurring["nightly-report"];
+    assert_eq!(report.queue.as_str(), "reports");
+    assert_eq!(config.recurring.len(), 1);
 
     for key in schema::TOP_KEYS
         .iter()
@@ -102,6 +105,7 @@ fn the_checked_in_cluster_yaml_is_valid_and_documents_every_key() {
         .chain(schema::ENGINE_KEYS)
         .chain(schema::QUEUE_KEYS)
         .chain(schema::BACKOFF_KEYS)
+        .chain(schema::RECURRING_KEYS)
     {
         assert!(
             text.contains(&format!("{key}:")),

@@ -332,3 +332,32 @@ fn broken_yaml_is_a_parse_error_with_position() {
     );
     assert!(error.to_string().starts_with("test.yaml:3:"), "{error}");
 }
+
+#[test]
+fn recurring_schedules_are_read_and_validated_with_their_key_and_line() {
+    let text = "recurring:\n  nightly:\n    queue: reports\n    cron: \"0 9 * * *\"\n    tz: Europe/Berlin\n  sweep:\n    queue: carts\n    every: 30s\n    overlap: skip\n    max_catchup: 5\n";
+    let config = Config::from_yaml_str(text, SRC).expect("valid");
+    assert_eq!(config.recurring.len(), 2);
+    assert_eq!(config.recurring["sweep"].max_catchup, 5);
+    assert_eq!(config.recurring["nightly"].queue.as_str(), "reports");
+
+    let error = parse_err("recurring:\n  nightly:\n    queue: reports\n    cron: \"0 25 * * *\"\n");
+    match &error {
+        ConfigError::InvalidValue {
+            key, value, line, ..
+        } => assert_eq!(
+            (key.as_str(), value.as_str(), *line),
+            ("recurring.nightly.cron", "0 25 * * *", Some(4))
+        ),
+        other => panic!("expected InvalidValue, got {other:?}"),
+    }
+    let error = parse_err("recurring:\n  a@b:\n    queue: q\n    every: 1s\n");
+    assert!(error.to_string().contains("a@b"), "{error}");
+    assert_eq!(error.line(), Some(2));
+    let error = parse_err("recurring:\n  s:\n    queue: q\n    every: 1s\n    evry: 2s\n");
+    assert!(error.to_string().contains("recurring.s.evry"), "{error}");
+    let error = parse_err("recurring:\n  s:\n    every: 1s\n");
+    assert!(error.to_string().contains("queue"), "{error}");
+    let error = parse_err("recurring:\n  s:\n    queue: q\n    every: 1s\n    tz: Europe/Berlin\n");
+    assert!(error.to_string().contains("tz"), "{error}");
+}
