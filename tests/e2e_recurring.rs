@@ -539,3 +539,24 @@ fn metrics_count_ticks_by_schedule_and_outcome() {
         scrape,
     );
 }
+
+#[test]
+fn serve_declares_the_configured_schedules_without_joining_the_cluster() {
+    let env = Env::start(&format!(
+        "{TICKS}recurring:\n  from-api:\n    queue: ticks\n    cron: \"0 9 * * *\"\n    tz: Europe/Berlin\n"
+    ));
+    let mut command = env.command(&["serve", "--listen", "127.0.0.1:0"]);
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut serve = command.spawn().expect("spawn delayq serve");
+    let declared = || env.run(&["recurring", "get", "from-api"]).status.success();
+    wait_until(Duration::from_secs(20), "serve declared the schedule", declared, String::new);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let got = env.json(&["recurring", "get", "from-api"]);
+    assert_eq!(got["cron"], "0 9 * * *", "{got}");
+    assert_eq!(got["tz"], "Europe/Berlin", "{got}");
+    assert_eq!(env.json(&["nodes", "--json"]), serde_json::json!([]), "serve joins no cluster");
+}

@@ -51,6 +51,12 @@ pub async fn run(args: ServeArgs, config: Config) -> CliResult<()> {
         started = producer(config) => started?,
         name = signals.next() => return Err(CliError::Interrupted(format!("{name} while starting: exiting at once"))),
     };
+    // An API tier declares the configured recurring schedules too (an unchanged one moves
+    // nothing); the nodes drive them.
+    if let Err(error) = scheduler.declare_configured_recurring().await {
+        close(scheduler).await;
+        return Err(error.into());
+    }
     let server = match HttpServer::start(&scheduler, addr).await {
         Ok(server) => server,
         Err(error) => {
