@@ -4,10 +4,13 @@
 //! - Served by a `delayq node --listen`: it shows the queues (with the node's lateness),
 //!   the node, upcoming tasks and dead letters; a look-up by id works; a task scheduled
 //!   after the page loaded appears without a reload; Retry and Purge (through the page's
-//!   confirmation) act on one dead letter; a screenshot goes to `target/dashboard.png`.
+//!   confirmation) act on one dead letter; the recurring schedules are listed with their
+//!   cadence, next tick and counts, and Pause / Resume act on one (the API agrees); a
+//!   screenshot goes to `target/dashboard.png`.
 //! - Served by `delayq serve` with a token: the page asks for the token once (again only
 //!   after a refused one), sends it as a header (no cookie), lists a node that joined after
-//!   it started, and retries and purges all the dead letters of a queue.
+//!   it started, retries and purges all the dead letters of a queue, and pauses a recurring
+//!   schedule (the button sends the token too).
 //!
 //! Neither page may log a console error. Without Chromium both tests print one SKIPPED line
 //! (past the test harness's output capture) and pass.
@@ -68,6 +71,28 @@ async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
         || web.fires.distinct() == 20,
         || web.stderr_text(),
     );
+    let nightly = env.json(&[
+        "recurring",
+        "set",
+        "nightly-report",
+        "--queue",
+        "reports",
+        "--cron",
+        "0 9 * * *",
+        "--tz",
+        "Europe/Berlin",
+    ]);
+    assert_eq!(nightly["result"], "created", "{nightly}");
+    // Ticks into a queue the node serves: the page shows them fired.
+    env.json(&[
+        "recurring",
+        "set",
+        "heartbeat",
+        "--queue",
+        "orders",
+        "--every",
+        "1s",
+    ]);
 
     let _one = ONE_BROWSER.lock().await;
     let browser = Chromium::launch(&chromium).await;
@@ -97,6 +122,40 @@ async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
         "$count('#nodes tbody tr[data-node]') === 1",
     )
     .await;
+
+    // The recurring schedules: cadence with its zone, the next tick, the counts.
+    wait_for(
+        page,
+        "two recurring schedules",
+        "$count('#recurring tr[data-schedule]') === 2",
+    )
+    .await;
+    let row: String = eval(page, &schedule_row_text("nightly-report")).await;
+    for needle in [
+        "reports",
+        "0 9 * * *",
+        "Europe/Berlin",
+        "in ",
+        "never",
+        "active",
+        "once",
+    ] {
+        assert!(row.contains(needle), "{needle:?} in the nightly row: {row}");
+    }
+    wait_for(
+        page,
+        "the heartbeat's ticks fired",
+        "$text('#recurring tr[data-schedule=\"heartbeat\"]').includes('ago') && Number($text('#recurring tr[data-schedule=\"heartbeat\"] td:nth-child(8)')) >= 1",
+    )
+    .await;
+    wait_for(
+        page,
+        "the schedules' table to fit its card at laptop width (the buttons in sight)",
+        "document.querySelector('#recurring').scrollWidth <= document.querySelector('#recurring').parentElement.clientWidth",
+    )
+    .await;
+    let heartbeat: String = eval(page, &schedule_row_text("heartbeat")).await;
+    assert!(heartbeat.contains("every 1s"), "{heartbeat}");
 
     // Look-up by id.
     fill(page, "#lookup input[name=queue]", "payments").await;
@@ -131,6 +190,20 @@ async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
     )
     .await;
     browser.screenshot(&screenshot_path()).await;
+
+    // Pause, then resume, one schedule from its row; the API agrees each time.
+    pause_from_the_page(&env, page, "nightly-report", true).await;
+    let paused: String = eval(page, &schedule_row_text("nightly-report")).await;
+    assert!(
+        paused.contains("paused") && paused.contains("—"),
+        "{paused}"
+    );
+    pause_from_the_page(&env, page, "nightly-report", false).await;
+    let resumed: String = eval(page, &schedule_row_text("nightly-report")).await;
+    assert!(
+        resumed.contains("active") && resumed.contains("in "),
+        "{resumed}"
+    );
 
     // Retry one: pending again with attempt 1, gone from the dead letters.
     click(
@@ -202,6 +275,15 @@ async fn dashboard_of_serve_asks_for_the_token_once_and_retries_and_purges_all()
     wait_for_dead(&env, "jobs", 3);
     wait_for_dead(&env, "mail", 2);
     stop(&mut failing);
+    env.json(&[
+        "recurring",
+        "set",
+        "sweep",
+        "--queue",
+        "jobs",
+        "--every",
+        "1h",
+    ]);
     let serve = Serve::start(
         &env,
         &["--listen", "127.0.0.1:0"],
@@ -241,6 +323,8 @@ async fn dashboard_of_serve_asks_for_the_token_once_and_retries_and_purges_all()
     click(page, "#token-form button[type=submit]").await;
     wait_for_text(page, &["jobs", "mail", "late-joiner"]).await;
     assert_stays_signed_in(page).await;
+
+    pause_from_the_page(&env, page, "sweep", true).await;
 
     click(page, "#queues tr[data-queue=\"jobs\"]").await;
     wait_for(page, "three dead jobs", "$count('#dead tr[data-id]') === 3").await;
@@ -309,6 +393,35 @@ async fn assert_stays_signed_in(page: &Page) {
         "2"
     );
     assert_eq!(eval::<String>(page, "document.cookie").await, "");
+}
+
+/// A script that gives the text of the recurring schedule `name`'s row.
+fn schedule_row_text(name: &str) -> String {
+    format!("$text('#recurring tr[data-schedule=\"{name}\"]')")
+}
+
+/// Clicks Pause (`pause`) or Resume on `name`'s row, then waits until the row shows the
+/// new state and `delayq recurring get` agrees.
+async fn pause_from_the_page(env: &Env, page: &Page, name: &str, pause: bool) {
+    let (action, state) = if pause {
+        ("pause", "true")
+    } else {
+        ("resume", "false")
+    };
+    click(
+        page,
+        &format!("#recurring tr[data-schedule=\"{name}\"] button[data-action=\"{action}\"]"),
+    )
+    .await;
+    wait_for(
+        page,
+        &format!("{name}'s row to show paused = {state}"),
+        &format!("document.querySelector('#recurring tr[data-schedule=\"{name}\"]').dataset.paused === '{state}'"),
+    )
+    .await;
+    let schedule = env.json(&["recurring", "get", name]);
+    assert_eq!(schedule["paused"], pause, "the API agrees: {schedule}");
+    assert_eq!(schedule["next_ms"].is_null(), pause, "{schedule}");
 }
 
 /// A node whose handler fails every task of `queues` with "card declined".

@@ -1,7 +1,8 @@
-// The delayq dashboard: reads /v1 every 2 s and renders queues, nodes, the selected
-// queue's upcoming tasks and dead letters, and a look-up by id. Everything from the server
-// goes into the page as text (never as HTML). A token, when the server asks for one, is
-// kept in this tab's sessionStorage and sent as a header: no cookies.
+// The delayq dashboard: reads /v1 every 2 s and renders queues, nodes, the recurring
+// schedules (with pause / resume), the selected queue's upcoming tasks and dead letters,
+// and a look-up by id. Everything from the server goes into the page as text (never as
+// HTML). A token, when the server asks for one, is kept in this tab's sessionStorage and
+// sent as a header: no cookies.
 "use strict";
 
 const REFRESH_MS = 2000;
@@ -84,6 +85,10 @@ function preview(text, max) {
 
 function queuePath(queue) {
   return `v1/queues/${encodeURIComponent(queue)}`;
+}
+
+function recurringPath(name) {
+  return `v1/recurring/${encodeURIComponent(name)}`;
 }
 
 function toast(message, kind) {
@@ -184,12 +189,13 @@ function cell(value, cls) {
   return el("td", { class: cls }, value);
 }
 
-function renderSummary(stats, nodes) {
+function renderSummary(stats, nodes, schedules) {
   const queues = Object.values(stats);
   const total = (key) => queues.reduce((sum, counts) => sum + (counts[key] || 0), 0);
   const items = [
     ["node", nodes.length, nodes.length ? "ok" : "bad"],
     ["queue", queues.length, ""],
+    ["schedule", schedules.length, ""],
     ["pending", total("pending"), "", true],
     ["in flight", total("inflight"), total("inflight") ? "busy" : "", true],
     ["dead", total("dead"), total("dead") ? "bad" : "", true],
@@ -263,6 +269,68 @@ function renderNodes(nodes) {
     nodes.length ? `${nodes.length} live · partitions by rendezvous hashing` : "";
 }
 
+// The cadence as the spec gives it: the cron expression and its zone, or the period.
+function cadenceCell(schedule) {
+  if (schedule.cron !== undefined) {
+    return el("td", { class: "cadence stacked" },
+      el("span", { class: "mono" }, schedule.cron),
+      el("span", { class: "sub muted" }, schedule.tz));
+  }
+  return el("td", { class: "cadence" }, "every ", el("span", { class: "mono" }, schedule.every));
+}
+
+function nextTickCell(schedule, at) {
+  if (schedule.next_ms === null || schedule.next_ms === undefined) {
+    const why = schedule.paused ? "paused: no ticks until resumed"
+      : schedule.end_at_ms && schedule.end_at_ms <= at ? "its window ended (end_at)" : "no next tick";
+    return el("td", { class: "num muted", title: why }, "—");
+  }
+  const due = schedule.next_ms <= at;
+  return el("td", { class: "num stacked", title: new Date(schedule.next_ms).toString() },
+    clock(schedule.next_ms),
+    el("span", { class: `sub ${due ? "warn-text" : "muted"}` }, due ? "due" : `in ${duration(schedule.next_ms - at)}`));
+}
+
+function lastFiredCell(schedule, at) {
+  if (!schedule.last_fired_ms) return el("td", { class: "num muted" }, "never");
+  return el("td", { class: "num muted", title: clock(schedule.last_fired_ms) },
+    `${duration(Math.max(0, at - schedule.last_fired_ms))} ago`);
+}
+
+function misfireCell(schedule) {
+  const detail = [`grace ${schedule.misfire_grace}`];
+  if (schedule.misfire === "all") detail.push(`at most ${count(schedule.max_catchup)}`);
+  const title = `misfire ${schedule.misfire}, ${detail.join(", ")}; overlap ${schedule.overlap}`;
+  return el("td", { class: "stacked", title },
+    schedule.misfire,
+    schedule.overlap === "skip" ? el("span", { class: "chip" }, "no overlap") : null,
+    el("span", { class: "sub muted" }, detail.join(" · ")));
+}
+
+function renderRecurring(schedules) {
+  const at = now();
+  const rows = schedules.map((schedule) => el("tr", {
+    dataset: { schedule: schedule.name, paused: String(schedule.paused) },
+  },
+  el("td", { class: "mono id strong" }, schedule.name),
+  cell(schedule.queue, "queue"),
+  cadenceCell(schedule),
+  nextTickCell(schedule, at),
+  lastFiredCell(schedule, at),
+  el("td", { "data-cell": "state" }, schedule.paused
+    ? el("span", { class: "pill warn" }, "paused")
+    : el("span", { class: "pill ok" }, "active")),
+  misfireCell(schedule),
+  countCell(schedule.fired, "ok-text"),
+  countCell(schedule.skipped, "warn-text"),
+  countCell(schedule.missed, "bad-text"),
+  state.readOnly ? null : el("td", {}, el("div", { class: "row-actions" }, schedule.paused
+    ? el("button", { type: "button", class: "action small", "data-action": "resume", onclick: () => pauseSchedule(schedule.name, false) }, "Resume")
+    : el("button", { type: "button", class: "action small", "data-action": "pause", onclick: () => pauseSchedule(schedule.name, true) }, "Pause")))));
+  setRows("recurring", rows, "No recurring schedules: add one with `delayq recurring set` or PUT /v1/recurring/{name}.",
+    state.readOnly ? 10 : 11);
+}
+
 function renderPending(tasks) {
   const at = now();
   const rows = tasks.map((task) => el("tr", { dataset: { id: task.id } },
@@ -326,6 +394,17 @@ async function act(label, method, path, confirmText) {
   refresh();
 }
 
+async function pauseSchedule(name, pause) {
+  const verb = pause ? "pause" : "resume";
+  try {
+    const schedule = await api("POST", `${recurringPath(name)}/${verb}`);
+    toast(`${schedule.paused ? "paused" : "resumed"} ${name}`, "ok");
+  } catch (error) {
+    toast(`${verb} ${name} failed: ${error.message}`, "bad");
+  }
+  refresh();
+}
+
 function retryOne(id) {
   act(`retried ${id}`, "POST", `${queuePath(state.selected)}/dead/${encodeURIComponent(id)}/retry`);
 }
@@ -365,14 +444,16 @@ document.getElementById("pause").addEventListener("click", (event) => {
 async function refresh() {
   clearTimeout(state.timer);
   try {
-    const [stats, nodes, lateness] = await Promise.all([
+    const [stats, nodes, lateness, schedules] = await Promise.all([
       api("GET", "v1/queues"),
       api("GET", "v1/nodes"),
       api("GET", "v1/lateness").catch(() => ({})),
+      api("GET", "v1/recurring"),
     ]);
-    renderSummary(stats, nodes);
+    renderSummary(stats, nodes, schedules);
     renderQueues(stats, lateness || {});
     renderNodes(nodes);
+    renderRecurring(schedules);
     if (state.selected && stats[state.selected]) {
       const [pending, dead] = await Promise.all([
         api("GET", `${queuePath(state.selected)}/pending?limit=${LIST_LIMIT}`),

@@ -154,40 +154,6 @@ pub fn purged(count: u64) -> Value {
     json!({ "purged": count })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn non_utf8_payload_goes_to_payload_base64() {
-        let mut object = Map::new();
-        insert_payload(&mut object, &[0xff, 0x00]);
-        assert_eq!(object.get("payload_base64"), Some(&Value::from("/wA=")));
-        let mut object = Map::new();
-        insert_payload(&mut object, b"{\"a\":1}");
-        assert_eq!(object.get("payload"), Some(&Value::from("{\"a\":1}")));
-    }
-
-    #[test]
-    fn stats_are_keyed_by_queue() {
-        let mut counts = BTreeMap::new();
-        counts.insert(
-            "orders".to_owned(),
-            PartitionStats {
-                pending: 3,
-                due_now: 1,
-                inflight: 2,
-                dead: 0,
-                done: 9,
-            },
-        );
-        assert_eq!(
-            stats(&counts),
-            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
-        );
-    }
-}
-
 /// The answer to a recurring upsert: `{"name","queue","next_ms","result"}`.
 pub fn recurring_set(set: &RecurringSet) -> Value {
     json!({
@@ -242,4 +208,38 @@ pub fn recurring(schedule: &RecurringSchedule) -> Value {
     object.insert("created_ms".to_owned(), Value::from(schedule.created_ms));
     object.insert("updated_ms".to_owned(), Value::from(schedule.updated_ms));
     Value::Object(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_utf8_payload_goes_to_payload_base64() {
+        let mut object = Map::new();
+        insert_payload(&mut object, &[0xff, 0x00]);
+        assert_eq!(object.get("payload_base64"), Some(&Value::from("/wA=")));
+        let mut object = Map::new();
+        insert_payload(&mut object, b"{\"a\":1}");
+        assert_eq!(object.get("payload"), Some(&Value::from("{\"a\":1}")));
+    }
+
+    #[test]
+    fn stats_are_keyed_by_queue() {
+        let mut counts = BTreeMap::new();
+        counts.insert(
+            "orders".to_owned(),
+            PartitionStats {
+                pending: 3,
+                due_now: 1,
+                inflight: 2,
+                dead: 0,
+                done: 9,
+            },
+        );
+        assert_eq!(
+            stats(&counts),
+            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
+        );
+    }
 }

@@ -36,6 +36,9 @@
 //! POST   /v1/queues/{queue}/dead/{id}/retry   POST /v1/queues/{queue}/dead/retry retries all
 //! DELETE /v1/queues/{queue}/dead/{id}         DELETE /v1/queues/{queue}/dead purges all
 //! GET    /v1/nodes                            live nodes and the partitions they own
+//! PUT    /v1/recurring/{name}                 {"queue","cron"|"every","tz","payload","misfire","misfire_grace","max_catchup","overlap","start_at","end_at"}
+//! GET    /v1/recurring                        every recurring schedule; GET|DELETE /v1/recurring/{name}
+//! POST   /v1/recurring/{name}/pause           POST /v1/recurring/{name}/resume
 //! GET    /v1/lateness                         {"<queue>":{"count","p50_ms","p99_ms"}} fired by this process
 //! GET    /healthz  /readyz  /metrics  /
 //! ```
@@ -164,6 +167,15 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
             post(routes::queues::retry_one),
         )
         .route("/nodes", get(routes::cluster::nodes))
+        .route("/recurring", get(routes::recurring::list))
+        .route(
+            "/recurring/{name}",
+            put(routes::recurring::set)
+                .get(routes::recurring::get)
+                .delete(routes::recurring::delete),
+        )
+        .route("/recurring/{name}/pause", post(routes::recurring::pause))
+        .route("/recurring/{name}/resume", post(routes::recurring::resume))
         .route("/lateness", get(prometheus::lateness))
         .fallback(routes::not_found)
         .layer(axum::middleware::from_fn_with_state(

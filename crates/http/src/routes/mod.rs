@@ -3,6 +3,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod queues;
+pub(crate) mod recurring;
 pub(crate) mod tasks;
 
 use axum::extract::{FromRequest, FromRequestParts, Request};

@@ -25,6 +25,9 @@ use super::replication::Writer;
 use super::reply::{array, expect_array, number, text};
 use super::scripts::SCRIPTS;
 
+/// The pairs of an `HGETALL` reply: field and value.
+type HashPairs = Vec<(String, String)>;
+
 impl RedisStore {
     fn recurring_keys(&self, shard: u32) -> RecurringKeys {
         RecurringKeys::new(&self.prefix, shard)
@@ -33,7 +36,7 @@ impl RedisStore {
     async fn shard_entries(&self, shard: u32) -> StorageResult<Vec<StoredSchedule>> {
         const OPERATION: &str = "recurring_list";
         let keys = self.recurring_keys(shard);
-        let (records, fired): (Vec<(String, String)>, Vec<(String, String)>) = self
+        let (records, fired): (HashPairs, HashPairs) = self
             .read(OPERATION, &keys.schedules, |connection| {
                 let mut records = redis::cmd("HGETALL");
                 records.arg(&keys.schedules);
