@@ -552,11 +552,20 @@ fn serve_declares_the_configured_schedules_without_joining_the_cluster() {
         .stderr(std::process::Stdio::null());
     let mut serve = command.spawn().expect("spawn delayq serve");
     let declared = || env.run(&["recurring", "get", "from-api"]).status.success();
-    wait_until(Duration::from_secs(20), "serve declared the schedule", declared, String::new);
+    wait_until(
+        Duration::from_secs(20),
+        "serve declared the schedule",
+        declared,
+        String::new,
+    );
     let _ = serve.kill();
     let _ = serve.wait();
     let got = env.json(&["recurring", "get", "from-api"]);
     assert_eq!(got["cron"], "0 9 * * *", "{got}");
     assert_eq!(got["tz"], "Europe/Berlin", "{got}");
-    assert_eq!(env.json(&["nodes", "--json"]), serde_json::json!([]), "serve joins no cluster");
+    assert_eq!(
+        env.json(&["nodes", "--json"]),
+        serde_json::json!([]),
+        "serve joins no cluster"
+    );
 }

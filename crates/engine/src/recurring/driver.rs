@@ -32,6 +32,7 @@
 //! least every `pull_period` (a schedule created or resumed on another node is seen then; on
 //! this node at once).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use delayq_coordinator::{Membership, NodeId};
@@ -48,8 +49,10 @@ use super::spec::{Misfire, Overlap, RecurringSpec};
 use crate::error::EngineResult;
 use crate::scheduler::Scheduler;
 
-/// How long before its time a tick's task is created.
-pub const TICK_LEAD: Duration = Duration::from_millis(1_000);
+/// How long before its time a tick's task is created: long enough for the partition's owner
+/// to hold it in its timer, and not a whole second, so that creating the next tick of a
+/// second-aligned cadence does not compete with firing this one.
+pub const TICK_LEAD: Duration = Duration::from_millis(750);
 /// The lead of a schedule with `overlap: skip`.
 pub const OVERLAP_SKIP_LEAD: Duration = Duration::from_millis(200);
 /// Schedules taken from one shard per look.
@@ -82,44 +85,58 @@ pub(crate) fn owned_shards(node: &NodeId, membership: &Membership) -> Vec<u32> {
 /// Runs until the scheduler stops: drives the shards this node owns.
 pub(crate) async fn run_driver(scheduler: Scheduler, mut membership: watch::Receiver<Membership>) {
     let runtime = scheduler.runtime.clone();
-    let pull_period = runtime.config.engine.pull_period;
+    let pull_period = runtime.config.engine.pull_period.as_millis() as u64;
     let mut shards: Vec<u32> = Vec::new();
     let mut epoch = None;
+    // Per owned shard: when to look at it again, and its schedule count at the last look.
+    let mut looks: HashMap<u32, (u64, u64)> = HashMap::new();
+    // Every shard is looked at least every pull period (schedules set on other nodes), and
+    // at once after a membership change or a change made on this node.
+    let mut next_full_look = 0;
     loop {
         {
             let current = membership.borrow_and_update();
             if epoch != Some(current.epoch) {
                 epoch = Some(current.epoch);
                 shards = owned_shards(runtime.coordinator.node_id(), &current);
+                looks.retain(|shard, _| shards.contains(shard));
+                next_full_look = 0;
                 tracing::debug!(?shards, "recurring shards driven by this node");
             }
         }
-        let mut wake_at: Option<u64> = None;
-        let mut schedules = 0;
+        let now = scheduler.now_ms();
+        let full = now >= next_full_look;
+        if full {
+            next_full_look = now + pull_period;
+        }
         for &shard in &shards {
-            match drive_shard(&scheduler, shard).await {
-                Ok((shard_wake_at, count)) => {
-                    schedules += count;
-                    wake_at = earliest(wake_at, shard_wake_at);
-                }
+            let due = looks.get(&shard).is_none_or(|&(wake_at, _)| wake_at <= now);
+            if !(full || due) {
+                continue;
+            }
+            let count = looks.get(&shard).map_or(0, |&(_, count)| count);
+            let look = match drive_shard(&scheduler, shard).await {
+                Ok((wake_at, count)) => (wake_at.unwrap_or(u64::MAX), count),
                 Err(error) => {
                     tracing::warn!(shard, %error, "driving recurring schedules failed; trying again");
-                    wake_at = earliest(wake_at, Some(scheduler.now_ms() + 200));
+                    (scheduler.now_ms() + 200, count)
                 }
-            }
+            };
+            looks.insert(shard, look);
         }
-        let mut wake_in = pull_period;
-        if let Some(wake_at) = wake_at {
-            let until = Duration::from_millis(wake_at.saturating_sub(scheduler.now_ms()));
-            wake_in = wake_in.min(until);
-        }
+        let schedules: u64 = looks.values().map(|&(_, count)| count).sum();
         metrics::gauge!("delayq_recurring_schedules").set(schedules as f64);
+        let wake_at = looks
+            .values()
+            .map(|&(wake_at, _)| wake_at)
+            .fold(next_full_look, u64::min);
+        let wake_in = Duration::from_millis(wake_at.saturating_sub(scheduler.now_ms()));
         tokio::select! {
             biased;
             _ = runtime.stop.cancelled() => return,
             _ = membership.changed() => {}
-            _ = runtime.recurring_changed.notified() => {}
-            _ = tokio::time::sleep(wake_in.max(Duration::from_millis(5))) => {}
+            _ = runtime.recurring_changed.notified() => next_full_look = 0,
+            _ = tokio::time::sleep(wake_in.max(Duration::from_millis(2))) => {}
         }
     }
 }

@@ -153,9 +153,25 @@ impl RedisStore {
         F: Fn(RedisConnection) -> Fut,
         Fut: Future<Output = delayq_redis::Result<T>>,
     {
+        self.read_on(&self.firing, operation, key, attempt).await
+    }
+
+    /// Like [`read`](Self::read), on `connection` (the producers' one, for work that must
+    /// not queue in front of claims).
+    pub(crate) async fn read_on<T, F, Fut>(
+        &self,
+        connection: &RedisConnection,
+        operation: &'static str,
+        key: &str,
+        attempt: F,
+    ) -> StorageResult<T>
+    where
+        F: Fn(RedisConnection) -> Fut,
+        Fut: Future<Output = delayq_redis::Result<T>>,
+    {
         let mut delays = READ_RETRY_DELAYS.iter();
         loop {
-            let error = match within(self.deadline, attempt(self.firing.clone())).await {
+            let error = match within(self.deadline, attempt(connection.clone())).await {
                 Ok(value) => return Ok(value),
                 Err(error) => map_error(operation, key, error),
             };

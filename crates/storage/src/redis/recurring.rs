@@ -5,7 +5,8 @@
 //! Every call touches one slot: the shard's three keys share their tag, and a tick is created
 //! by `schedule.lua` in mode `tick`, with the ledger among the partition's keys. Writes go on
 //! the producers' connection and, with `wait_replicas`, return once the replicas confirmed
-//! them. Listing reads the 16 shards in parallel.
+//! them. Listing reads the 16 shards in parallel. Every call goes on the producers'
+//! connection, so the driver never queues in front of the claims of the firing one.
 
 use async_trait::async_trait;
 use delayq_redis::ScriptCall;
@@ -37,7 +38,7 @@ impl RedisStore {
         const OPERATION: &str = "recurring_list";
         let keys = self.recurring_keys(shard);
         let (records, fired): (HashPairs, HashPairs) = self
-            .read(OPERATION, &keys.schedules, |connection| {
+            .read_on(&self.producer, OPERATION, &keys.schedules, |connection| {
                 let mut records = redis::cmd("HGETALL");
                 records.arg(&keys.schedules);
                 let mut fired = redis::cmd("HGETALL");
@@ -76,7 +77,7 @@ impl RecurringStore for RedisStore {
         const OPERATION: &str = "recurring_get";
         let keys = self.recurring_keys(recurring_shard(name));
         let (record, fired): (Option<String>, Option<String>) = self
-            .read(OPERATION, &keys.schedules, |connection| {
+            .read_on(&self.producer, OPERATION, &keys.schedules, |connection| {
                 let mut record = redis::cmd("HGET");
                 record.arg(&keys.schedules).arg(name);
                 let mut fired = redis::cmd("HGET");
@@ -159,7 +160,7 @@ impl RecurringStore for RedisStore {
             .arg(until_ms)
             .arg(limit.max(1));
         let reply = self
-            .invoke(&call)
+            .invoke_on(&self.producer, &call)
             .await
             .map_err(|error| map_error(OPERATION, &keys.schedules, error))?;
         parse_look(OPERATION, reply)
@@ -174,7 +175,7 @@ impl RecurringStore for RedisStore {
             .arg(name)
             .arg(tick_ms)
             .arg(fired_ms);
-        self.invoke(&call)
+        self.invoke_on(&self.producer, &call)
             .await
             .map_err(|error| map_error(OPERATION, &keys.schedules, error))?;
         Ok(())
@@ -229,7 +230,7 @@ impl RecurringStore for RedisStore {
         }
         let keys = self.keys(partition);
         // ZREM is idempotent: retried as a read.
-        self.read(OPERATION, &keys.ticks, |connection| {
+        self.read_on(&self.producer, OPERATION, &keys.ticks, |connection| {
             let mut command = redis::cmd("ZREM");
             command.arg(&keys.ticks);
             for id in ids {
