@@ -50,6 +50,15 @@ pub enum EngineError {
         /// What is wrong.
         reason: String,
     },
+    /// A recurring schedule kept changing under a write (other writers won every
+    /// compare-and-set); nothing was changed by this call, and trying again is safe.
+    #[error("recurring schedule {name:?} kept changing during {attempts} attempts; try again")]
+    ScheduleContended {
+        /// The schedule's name.
+        name: String,
+        /// How many compare-and-sets were lost.
+        attempts: usize,
+    },
     /// The scheduler is shutting down or was shut down.
     #[error("the scheduler is shut down")]
     ShutDown,

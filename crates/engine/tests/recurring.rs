@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use delayq_engine::recurring::{RawSpec, RecurringSpec, UpsertResult};
 use delayq_engine::{Scheduler, Task};
+use delayq_storage::StoreOptions;
 use support::{fast_config, wait_until, Firing, Recorder, TestBackend};
 
 const QUEUE: &str = "ticks";
@@ -268,7 +269,85 @@ async fn concurrent_upserts_of_different_specs_never_fire_a_tick_twice_on_redis(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_upserts_of_different_specs_never_fire_a_tick_twice_on_memory() {
-    concurrent_upserts_of_different_specs_never_fire_a_tick_twice(TestBackend::memory()).await;
+    concurrent_upserts_of_different_specs_never_fire_a_tick_twice(TestBackend::memory_with(
+        no_retention(),
+    ))
+    .await;
+}
+
+/// Store options with dedup off: only the tick ledger keeps a repeated tick from firing.
+fn no_retention() -> StoreOptions {
+    StoreOptions {
+        executed_retention_ms: 0,
+        ..StoreOptions::default()
+    }
+}
+
+/// A step that fails between creating its tick and advancing the schedule (before the
+/// compare-and-set is applied, or after it with the reply lost) is repeated by the next look;
+/// with no executed-set, each tick still fires once.
+async fn a_step_cut_off_between_creating_and_advancing_fires_each_tick_once(
+    backend: TestBackend,
+    after: bool,
+) {
+    let mut config = fast_config();
+    config.engine.executed_retention = Duration::ZERO;
+    let store = backend.recording_store(&config, no_retention()).await;
+    let recorder = Recorder::new();
+    let node = backend
+        .builder(&config)
+        .store(store.clone())
+        .handler(QUEUE, recorder.handler())
+        .start()
+        .await
+        .expect("node starts");
+    node.set_recurring("cut", spec(every("1s")))
+        .await
+        .expect("set");
+    store.fail_recurring_swaps(2, after);
+    wait_until(Duration::from_secs(20), "six ticks fired", || {
+        ticks_of(&recorder.firings(), "cut").len() >= 6
+    })
+    .await;
+    store.fail_recurring_swaps(0, after);
+    assert!(
+        store.swap_faults() >= 3,
+        "faults injected: {}",
+        store.swap_faults()
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_each_tick_once(&recorder.firings(), "cut", 1_000, &HashSet::new());
+    node.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_step_cut_off_before_its_compare_and_set_fires_each_tick_once_on_redis() {
+    a_step_cut_off_between_creating_and_advancing_fires_each_tick_once(TestBackend::redis(), false)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_step_cut_off_before_its_compare_and_set_fires_each_tick_once_on_memory() {
+    a_step_cut_off_between_creating_and_advancing_fires_each_tick_once(
+        TestBackend::memory_with(no_retention()),
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_step_whose_compare_and_set_reply_is_lost_fires_each_tick_once_on_redis() {
+    a_step_cut_off_between_creating_and_advancing_fires_each_tick_once(TestBackend::redis(), true)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_step_whose_compare_and_set_reply_is_lost_fires_each_tick_once_on_memory() {
+    a_step_cut_off_between_creating_and_advancing_fires_each_tick_once(
+        TestBackend::memory_with(no_retention()),
+        true,
+    )
+    .await;
 }
 
 async fn misfire_policies_apply_after_every_node_was_down(backend: TestBackend) {

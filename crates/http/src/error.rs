@@ -58,7 +58,9 @@ impl From<EngineError> for ApiError {
             EngineError::Coordinator(CoordinatorError::InvalidConfig { .. })
             | EngineError::Config(_)
             | EngineError::DuplicateHandler { .. } => StatusCode::INTERNAL_SERVER_ERROR,
-            EngineError::Coordinator(_) | EngineError::ShutDown => StatusCode::SERVICE_UNAVAILABLE,
+            EngineError::Coordinator(_)
+            | EngineError::ShutDown
+            | EngineError::ScheduleContended { .. } => StatusCode::SERVICE_UNAVAILABLE,
             #[allow(unreachable_patterns)]
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

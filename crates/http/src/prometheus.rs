@@ -45,6 +45,8 @@ pub const METRIC_NAMES: &[&str] = &[
     "delayq_prefetched_tasks",
     "delayq_lease_expired_total",
     "delayq_redis_errors_total",
+    "delayq_recurring_ticks_total",
+    "delayq_recurring_schedules",
 ];
 
 /// How long one refresh of the queue counts may take before the scrape goes on without it.

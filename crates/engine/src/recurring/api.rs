@@ -58,9 +58,9 @@ fn corrupt(name: &str, reason: impl std::fmt::Display) -> EngineError {
 }
 
 fn contended(name: &str) -> EngineError {
-    EngineError::CorruptSchedule {
+    EngineError::ScheduleContended {
         name: name.to_owned(),
-        reason: format!("still changing after {SWAP_ATTEMPTS} attempts; try again"),
+        attempts: SWAP_ATTEMPTS,
     }
 }
 

@@ -74,6 +74,35 @@ impl TestBackend {
         TestBackend::Memory(MemoryBackend::new())
     }
 
+    /// A fresh in-process backend whose store has these options (the memory store's
+    /// `executed_retention` and `max_payload` are its own, not the nodes' config).
+    pub fn memory_with(options: delayq_storage::StoreOptions) -> Self {
+        TestBackend::Memory(MemoryBackend::with_options(options))
+    }
+
+    /// A recording store over this backend's store, with `options` for the Redis one
+    /// (the memory one keeps the options it was made with).
+    pub async fn recording_store(
+        &self,
+        config: &Config,
+        options: delayq_storage::StoreOptions,
+    ) -> Arc<RecordingStore> {
+        match self {
+            TestBackend::Redis(server) => {
+                let redis =
+                    delayq_storage::RedisStore::connect(delayq_storage::RedisStoreOptions {
+                        key_prefix: config.redis.key_prefix.clone(),
+                        store: options,
+                        ..delayq_storage::RedisStoreOptions::standalone(server.url())
+                    })
+                    .await
+                    .expect("store connects");
+                RecordingStore::new(Arc::new(redis))
+            }
+            TestBackend::Memory(backend) => RecordingStore::new(Arc::new(backend.store.clone())),
+        }
+    }
+
     /// A builder for a node on this backend.
     pub fn builder(&self, config: &Config) -> SchedulerBuilder {
         let mut config = config.clone();
@@ -206,6 +235,13 @@ pub struct RecordingStore {
     /// caller sees a response timeout.
     lose_claim_replies: AtomicU64,
     lost_claims: AtomicU64,
+    /// Recurring compare-and-sets after a tick was created: every `swap_fault_every`-th one
+    /// fails, before it is applied (a node dying between creating a tick and advancing its
+    /// schedule) or, when `swap_fault_after` is set, after (its reply lost).
+    swap_fault_every: AtomicU64,
+    swap_fault_after: std::sync::atomic::AtomicBool,
+    swaps: AtomicU64,
+    swap_faults: AtomicU64,
 }
 
 impl RecordingStore {
@@ -216,6 +252,10 @@ impl RecordingStore {
             requeued: AtomicU64::new(0),
             lose_claim_replies: AtomicU64::new(0),
             lost_claims: AtomicU64::new(0),
+            swap_fault_every: AtomicU64::new(0),
+            swap_fault_after: std::sync::atomic::AtomicBool::new(false),
+            swaps: AtomicU64::new(0),
+            swap_faults: AtomicU64::new(0),
         })
     }
 
@@ -232,6 +272,18 @@ impl RecordingStore {
                 .or_default()
                 .push(task.token.claim);
         }
+    }
+
+    /// Makes every `every`-th recurring compare-and-set fail with a transient error after
+    /// 1.2 s, before it is applied, or after it (`after`: the reply is lost).
+    pub fn fail_recurring_swaps(&self, every: u64, after: bool) {
+        self.swap_fault_after.store(after, Ordering::SeqCst);
+        self.swap_fault_every.store(every, Ordering::SeqCst);
+    }
+
+    /// How many recurring compare-and-sets were made to fail.
+    pub fn swap_faults(&self) -> u64 {
+        self.swap_faults.load(Ordering::SeqCst)
     }
 
     /// Makes the next `count` claims that move tasks lose their reply (a response timeout
@@ -271,9 +323,27 @@ impl RecurringStore for RecordingStore {
         new: Option<&str>,
         next_ms: Option<u64>,
     ) -> StorageResult<bool> {
-        self.inner
-            .recurring_swap(name, expected, new, next_ms)
-            .await
+        let every = self.swap_fault_every.load(Ordering::SeqCst);
+        let fault = every > 0 && self.swaps.fetch_add(1, Ordering::SeqCst) % every == every - 1;
+        if !fault {
+            return self
+                .inner
+                .recurring_swap(name, expected, new, next_ms)
+                .await;
+        }
+        self.swap_faults.fetch_add(1, Ordering::SeqCst);
+        // Long enough for the tick just created to fire meanwhile: the step is repeated
+        // after its tick ran, which is when a second creation would fire it twice.
+        tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+        if self.swap_fault_after.load(Ordering::SeqCst) {
+            self.inner
+                .recurring_swap(name, expected, new, next_ms)
+                .await?;
+        }
+        Err(delayq_storage::StorageError::ConnectionLost {
+            operation: "recurring_swap",
+            message: "injected by the test".to_owned(),
+        })
     }
     async fn recurring_due(
         &self,
