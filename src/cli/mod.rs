@@ -11,6 +11,7 @@ mod inspect;
 mod load;
 mod node;
 mod output;
+mod queue;
 mod recurring;
 mod schedule;
 mod serve;
@@ -41,6 +42,7 @@ Examples:
   delayq dead order-timeout                     # dead letters with their last error
   delayq retry order-timeout --all              # schedule the dead letters again, now
   delayq serve                                  # HTTP API, dashboard, /metrics on 127.0.0.1:7070
+  delayq queue pause order-timeout              # no fires until `delayq queue resume`
   delayq recurring set nightly --queue reports --cron '0 9 * * *' --tz Europe/Berlin
 
 Configuration: --config FILE, else ./cluster.yaml if it exists, else the built-in defaults.
@@ -95,6 +97,9 @@ pub enum Command {
     /// The HTTP API, dashboard and /metrics, without joining the cluster.
     #[command(after_help = serve::SERVE_EXAMPLES)]
     Serve(serve::ServeArgs),
+    /// Queue controls: pause and resume a queue cluster-wide.
+    #[command(subcommand)]
+    Queue(queue::QueueCommand),
     /// Recurring schedules: set, list, get, delete, pause, resume, and a preview of ticks.
     #[command(subcommand, after_help = recurring::RECURRING_EXAMPLES)]
     Recurring(recurring::RecurringCommand),
@@ -131,6 +136,7 @@ pub async fn run(cli: Cli) -> CliResult<()> {
         Command::Retry(args) => dead::retry(args, load_config(config.as_deref())?).await,
         Command::Purge(args) => dead::purge(args, load_config(config.as_deref())?).await,
         Command::Serve(args) => serve::run(args, load_config(config.as_deref())?).await,
+        Command::Queue(command) => queue::run(command, load_config(config.as_deref())?).await,
         Command::Recurring(command) => match command {
             // The preview needs neither Redis nor a configuration.
             recurring::RecurringCommand::Next(_) => {

@@ -17,8 +17,9 @@ use super::{close, producer, values};
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Columns: PENDING tasks waiting (due or not), DUE_NOW pending tasks already due, INFLIGHT
-claimed and running, DEAD dead letters, DONE completed tasks kept for dedup.
-With --json: one object per refresh, {\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\"}}.")]
+claimed and running, DEAD dead letters, DONE completed tasks kept for dedup, PAUSED whether
+`delayq queue pause` stopped its fires.
+With --json: one object per refresh, {\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\",\"paused\"}}.")]
 pub struct StatsArgs {
     /// Refresh every INTERVAL (default 2s) until Ctrl-C.
     #[arg(
@@ -69,10 +70,11 @@ enum Refresh {
 
 async fn print_once(scheduler: &Scheduler, json: bool, refresh: Refresh) -> CliResult<()> {
     let stats = scheduler.stats().await?;
+    let paused = scheduler.paused_queues().await?;
     if json {
-        return print_json(&stats_json(&stats));
+        return print_json(&stats_json(&stats, &paused));
     }
-    let table = stats_table(&stats);
+    let table = stats_table(&stats, &paused);
     let text = match refresh {
         Refresh::Once => table,
         // Clear the screen and go home, so the table is redrawn in place.
@@ -82,11 +84,11 @@ async fn print_once(scheduler: &Scheduler, json: bool, refresh: Refresh) -> CliR
     write_stdout(&text)
 }
 
-fn stats_json(stats: &BTreeMap<String, PartitionStats>) -> Value {
-    delayq_http::json::stats(stats)
+fn stats_json(stats: &BTreeMap<String, PartitionStats>, paused: &[String]) -> Value {
+    delayq_http::json::stats(stats, paused)
 }
 
-fn stats_table(stats: &BTreeMap<String, PartitionStats>) -> String {
+fn stats_table(stats: &BTreeMap<String, PartitionStats>, paused: &[String]) -> String {
     if stats.is_empty() {
         return "no queues yet\n".to_owned();
     }
@@ -97,6 +99,7 @@ fn stats_table(stats: &BTreeMap<String, PartitionStats>) -> String {
         ("INFLIGHT", true),
         ("DEAD", true),
         ("DONE", true),
+        ("PAUSED", false),
     ]);
     for (queue, counts) in stats {
         table.row(vec![
@@ -106,6 +109,7 @@ fn stats_table(stats: &BTreeMap<String, PartitionStats>) -> String {
             counts.inflight.to_string(),
             counts.dead.to_string(),
             counts.done.to_string(),
+            if paused.contains(queue) { "yes" } else { "no" }.to_owned(),
         ]);
     }
     table.render()
@@ -129,10 +133,14 @@ mod tests {
             },
         );
         assert_eq!(
-            stats_json(&stats),
-            serde_json::json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
+            stats_json(&stats, &[]),
+            serde_json::json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9, "paused": false}})
         );
-        let table = stats_table(&stats);
+        assert_eq!(
+            stats_json(&stats, &["orders".to_owned()])["orders"]["paused"],
+            true
+        );
+        let table = stats_table(&stats, &[]);
         assert!(table.starts_with("QUEUE   PENDING"), "{table}");
         assert!(table.contains("orders"), "{table}");
     }

@@ -59,6 +59,12 @@ pub enum EngineError {
         /// How many compare-and-sets were lost.
         attempts: usize,
     },
+    /// The store knows no queue of this name (nothing was ever scheduled into it).
+    #[error("unknown queue {queue:?}")]
+    UnknownQueue {
+        /// The queue's name.
+        queue: String,
+    },
     /// The scheduler is shutting down or was shut down.
     #[error("the scheduler is shut down")]
     ShutDown,

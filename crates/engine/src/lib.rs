@@ -32,6 +32,7 @@
 pub mod admin;
 mod builder;
 pub mod config;
+mod controls;
 mod dispatch;
 mod error;
 mod handler;

@@ -167,6 +167,12 @@ impl Serving {
                     return;
                 }
             };
+            if batch.paused {
+                // Nothing is claimed until the queue is resumed: the resume wakes this
+                // worker (and every pull would look again), so the timer is not re-armed.
+                tracing::debug!(partition = %self.partition, "queue paused: not claiming");
+                return;
+            }
             let got = batch.tasks.len() + batch.dead_lettered.len();
             let next_due_ms = batch.next_due_ms;
             self.dispatch(batch, permits);

@@ -58,6 +58,7 @@ impl From<EngineError> for ApiError {
             EngineError::Coordinator(CoordinatorError::InvalidConfig { .. })
             | EngineError::Config(_)
             | EngineError::DuplicateHandler { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+            EngineError::UnknownQueue { .. } => StatusCode::NOT_FOUND,
             EngineError::Coordinator(_)
             | EngineError::ShutDown
             | EngineError::ScheduleContended { .. } => StatusCode::SERVICE_UNAVAILABLE,

@@ -45,8 +45,9 @@ pub fn task(queue: &str, info: &TaskInfo) -> Value {
 }
 
 /// Per-queue counts as `delayq stats --json` prints them:
-/// `{"<queue>":{"pending","due_now","inflight","dead","done"}}`.
-pub fn stats(stats: &BTreeMap<String, PartitionStats>) -> Value {
+/// `{"<queue>":{"pending","due_now","inflight","dead","done","paused"}}` (`paused`: the
+/// queue is in `paused`).
+pub fn stats(stats: &BTreeMap<String, PartitionStats>, paused: &[String]) -> Value {
     let object: Map<String, Value> = stats
         .iter()
         .map(|(queue, counts)| {
@@ -56,6 +57,7 @@ pub fn stats(stats: &BTreeMap<String, PartitionStats>) -> Value {
                 "inflight": counts.inflight,
                 "dead": counts.dead,
                 "done": counts.done,
+                "paused": paused.contains(queue),
             });
             (queue.clone(), counts)
         })

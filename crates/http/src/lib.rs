@@ -32,6 +32,7 @@
 //! DELETE /v1/queues/{queue}/tasks/{id}        cancel
 //! GET    /v1/queues                           per-queue counts
 //! GET    /v1/queues/{queue}/pending?limit=N   the next N pending tasks
+//! POST   /v1/queues/{queue}/pause             POST /v1/queues/{queue}/resume (guarantee 11)
 //! GET    /v1/queues/{queue}/dead?limit=N      dead letters
 //! POST   /v1/queues/{queue}/dead/{id}/retry   POST /v1/queues/{queue}/dead/retry retries all
 //! DELETE /v1/queues/{queue}/dead/{id}         DELETE /v1/queues/{queue}/dead purges all
@@ -150,6 +151,8 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
                 .delete(routes::tasks::cancel),
         )
         .route("/queues/{queue}/pending", get(routes::queues::pending))
+        .route("/queues/{queue}/pause", post(routes::queues::pause))
+        .route("/queues/{queue}/resume", post(routes::queues::resume))
         .route(
             "/queues/{queue}/dead",
             get(routes::queues::dead).delete(routes::queues::purge_all),

@@ -47,6 +47,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "delayq_redis_errors_total",
     "delayq_recurring_ticks_total",
     "delayq_recurring_schedules",
+    "delayq_queue_paused",
 ];
 
 /// How long one refresh of the queue counts may take before the scrape goes on without it.
@@ -127,6 +128,18 @@ fn describe() {
         "Tasks per queue and state (pending, due_now, inflight, dead, done)"
     );
     describe_gauge!(
+        "delayq_queue_paused",
+        "1 while the queue is paused (delayq queue pause), else 0"
+    );
+    describe_gauge!(
+        "delayq_recurring_schedules",
+        "Recurring schedules in the shards this node drives"
+    );
+    describe_counter!(
+        "delayq_recurring_ticks_total",
+        "Ticks of recurring schedules by outcome (fired, skipped, missed)"
+    );
+    describe_gauge!(
         "delayq_partitions_owned",
         "Partitions of the queue this node owns"
     );
@@ -166,6 +179,16 @@ impl QueueGauges {
         *refreshed = Some(Instant::now());
         match tokio::time::timeout(REFRESH_TIMEOUT, scheduler.stats()).await {
             Ok(Ok(stats)) => {
+                let paused = tokio::time::timeout(REFRESH_TIMEOUT, scheduler.paused_queues())
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+                if let Some(paused) = &paused {
+                    for queue in stats.keys() {
+                        let value = if paused.contains(queue) { 1.0 } else { 0.0 };
+                        metrics::gauge!("delayq_queue_paused", "queue" => queue.clone()).set(value);
+                    }
+                }
                 for (queue, counts) in stats {
                     for (state, value) in [
                         ("pending", counts.pending),

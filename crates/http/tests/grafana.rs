@@ -82,6 +82,7 @@ fn the_metric_names_are_those_of_the_design() {
             "delayq_redis_errors_total",
             "delayq_recurring_ticks_total",
             "delayq_recurring_schedules",
+            "delayq_queue_paused",
         ]
     );
 }

@@ -4,6 +4,8 @@
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: dead       ZSET id -> failed_ms
 -- KEYS[5]: receipt    STRING: the latest claim of the partition (see recover_claim.lua)
+-- KEYS[6]: paused     STRING: exists while the queue is paused (guarantee 11); then nothing
+--          is claimed and the reply is { false, -1 }
 -- ARGV[1]: now_ms of the caller: tasks with due <= min(now_ms, Redis TIME) are taken, oldest
 --          due first, so a caller whose clock runs ahead never fires early (guarantee 9)
 -- ARGV[2]: limit
@@ -23,6 +25,9 @@
 -- early; one ZREMRANGEBYRANK, one HSET and one ZADD for the whole batch.
 
 local due_key, tasks_key, inflight_key, dead_key, receipt_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+  return { false, -1 }
+end
 local lease, owner = ARGV[3], ARGV[4]
 local max_bytes = tonumber(ARGV[5])
 local now_us = redis_now_us()

@@ -267,6 +267,9 @@ pub struct ClaimBatch {
     /// release): the claim moved each to the dead letters with this reason instead of
     /// failing, so one bad record never blocks its partition (guarantee 8).
     pub dead_lettered: Vec<(TaskId, String)>,
+    /// The queue is paused: nothing was claimed, and nothing will be until it is resumed
+    /// (the caller waits for the resume instead of claiming again).
+    pub paused: bool,
 }
 
 /// What `cancel` did (guarantee 7: `cancelled` is true only when a fire was prevented).

@@ -190,6 +190,20 @@ pub trait TaskStore: RecurringStore + Send + Sync + 'static {
         due_ms: u64,
     ) -> StorageResult<bool>;
 
+    /// Pauses or resumes `queue` (of `partitions` partitions) cluster-wide (guarantee 11).
+    /// Once `set_paused(.., true)` returned, no `claim_due` of the queue claims anything (it
+    /// answers [`ClaimBatch::paused`](crate::ClaimBatch)); schedules, cancels and dead-letter
+    /// operations go on. Idempotent.
+    async fn set_paused(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        paused: bool,
+    ) -> StorageResult<()>;
+
+    /// The paused queues, with the time each was paused (ms since the epoch).
+    async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>>;
+
     /// Deletes dead letters: one id, or all of the partition with `None`. Returns how many.
     async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64>;
 }

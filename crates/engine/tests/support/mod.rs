@@ -370,6 +370,17 @@ impl RecurringStore for RecordingStore {
 
 #[async_trait]
 impl TaskStore for RecordingStore {
+    async fn set_paused(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        paused: bool,
+    ) -> StorageResult<()> {
+        self.inner.set_paused(queue, partitions, paused).await
+    }
+    async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>> {
+        self.inner.paused_queues().await
+    }
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
         self.inner.register_queue(queue, partitions).await
     }

@@ -10,7 +10,8 @@ use crate::{json, State};
 /// Per-queue counts as `delayq stats --json`.
 pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
     let stats = state.scheduler.stats().await?;
-    Ok(Json(json::stats(&stats)))
+    let paused = state.scheduler.paused_queues().await?;
+    Ok(Json(json::stats(&stats, &paused)))
 }
 
 /// The next pending tasks by due time.
@@ -83,4 +84,24 @@ pub(crate) async fn purge_all(
 
 fn no_dead_letter(queue: &str, id: &str) -> ApiError {
     ApiError::not_found(format!("no dead letter {id:?} in queue {queue:?}"))
+}
+
+/// Pauses the queue cluster-wide; `{"queue","paused":true}`; 404 for an unknown queue.
+pub(crate) async fn pause(
+    state: State,
+    PathParams(queue): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    queue_name(&queue)?;
+    state.scheduler.pause_queue(&queue).await?;
+    Ok(Json(serde_json::json!({ "queue": queue, "paused": true })))
+}
+
+/// Resumes the queue; its backlog fires at once; `{"queue","paused":false}`.
+pub(crate) async fn resume(
+    state: State,
+    PathParams(queue): PathParams<String>,
+) -> Result<Json<Value>, ApiError> {
+    queue_name(&queue)?;
+    state.scheduler.resume_queue(&queue).await?;
+    Ok(Json(serde_json::json!({ "queue": queue, "paused": false })))
 }

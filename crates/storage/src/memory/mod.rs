@@ -84,6 +84,8 @@ struct Inner {
     /// The recurring schedules (one lock: the shards of the Redis backend are only a way to
     /// spread them over a cluster's masters).
     recurring: Mutex<BTreeMap<String, recurring::Schedule>>,
+    /// Paused queues, with when they were paused.
+    paused: RwLock<BTreeMap<QueueName, u64>>,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -120,6 +122,7 @@ impl MemoryStore {
                 queues: RwLock::new(BTreeMap::new()),
                 partitions: RwLock::new(HashMap::new()),
                 recurring: Mutex::new(BTreeMap::new()),
+                paused: RwLock::new(BTreeMap::new()),
             }),
         }
     }
@@ -193,6 +196,30 @@ fn stale(token: &LeaseToken) -> impl FnOnce(StaleLease) -> StorageError + '_ {
 
 #[async_trait]
 impl TaskStore for MemoryStore {
+    async fn set_paused(
+        &self,
+        queue: &QueueName,
+        _partitions: u32,
+        paused: bool,
+    ) -> StorageResult<()> {
+        let mut set = self.inner.paused.write();
+        if paused {
+            let now = self.now_ms();
+            set.entry(queue.clone()).or_insert(now);
+        } else {
+            set.remove(queue);
+        }
+        Ok(())
+    }
+
+    async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>> {
+        let set = self.inner.paused.read();
+        Ok(set
+            .iter()
+            .map(|(queue, &since)| (queue.clone(), since))
+            .collect())
+    }
+
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
         if partitions == 0 || partitions > MAX_PARTITIONS {
             return Err(StorageError::InvalidPartitionCount {
@@ -263,6 +290,12 @@ impl TaskStore for MemoryStore {
         lease_deadline_ms: u64,
         owner: &str,
     ) -> StorageResult<ClaimBatch> {
+        if self.inner.paused.read().contains_key(&partition.queue) {
+            return Ok(ClaimBatch {
+                paused: true,
+                ..ClaimBatch::default()
+            });
+        }
         let Some(state) = self.existing(partition)? else {
             return Ok(ClaimBatch::default());
         };

@@ -25,6 +25,8 @@ pub(crate) struct PartitionKeys {
     /// `ZSET tick id -> tick ms`: the tick ledger of recurring schedules (see
     /// [`RecurringStore`](crate::RecurringStore)).
     pub ticks: String,
+    /// `STRING`: exists while the queue is paused; `claim_due.lua` then claims nothing.
+    pub paused: String,
 }
 
 impl PartitionKeys {
@@ -39,6 +41,7 @@ impl PartitionKeys {
             dead: format!("{base}dead"),
             receipt: format!("{base}claim"),
             ticks: format!("{base}ticks"),
+            paused: format!("{base}paused"),
         }
     }
 }
@@ -73,6 +76,12 @@ pub(crate) fn registry_key(prefix: &str) -> String {
     format!("{prefix}:{{cluster}}:queues")
 }
 
+/// `<prefix>:{cluster}:paused`: `HASH queue -> paused since (ms)`, the paused queues as
+/// `stats` lists them (each partition carries its own flag for the claims).
+pub(crate) fn paused_key(prefix: &str) -> String {
+    format!("{prefix}:{{cluster}}:paused")
+}
+
 /// `<prefix>:queues`: where releases before the `{cluster}` slot kept the registry; read once
 /// per process and merged into [`registry_key`], so an upgrade loses no queue.
 pub(crate) fn legacy_registry_key(prefix: &str) -> String {
@@ -95,6 +104,8 @@ mod tests {
         assert_eq!(keys.dead, "delayq:{order-timeout:7}:dead");
         assert_eq!(keys.receipt, "delayq:{order-timeout:7}:claim");
         assert_eq!(keys.ticks, "delayq:{order-timeout:7}:ticks");
+        assert_eq!(keys.paused, "delayq:{order-timeout:7}:paused");
+        assert_eq!(paused_key("delayq"), "delayq:{cluster}:paused");
         let recurring = RecurringKeys::new("delayq", 3);
         assert_eq!(recurring.schedules, "delayq:{recurring#3}:schedules");
         assert_eq!(recurring.next, "delayq:{recurring#3}:next");

@@ -38,6 +38,7 @@ impl RedisStore {
             .key(&keys.inflight)
             .key(&keys.dead)
             .key(&keys.receipt)
+            .key(&keys.paused)
             .arg(now_ms)
             .arg(limit)
             .arg(lease_deadline_ms)
@@ -53,6 +54,12 @@ impl RedisStore {
             Some(value) => Some(expect_number(OPERATION, &value, "the next due time")?),
         };
         let claimed = match values.next() {
+            Some(Value::Int(-1)) => {
+                return Ok(ClaimBatch {
+                    paused: true,
+                    ..ClaimBatch::default()
+                })
+            }
             Some(count) => expect_number(OPERATION, &count, "the claimed count")?,
             None => return Err(unexpected_reply(OPERATION, "no claimed count")),
         };
@@ -79,6 +86,7 @@ impl RedisStore {
             tasks,
             next_due_ms,
             dead_lettered,
+            paused: false,
         })
     }
 
@@ -111,6 +119,7 @@ impl RedisStore {
             tasks,
             next_due_ms: None,
             dead_lettered: Vec::new(),
+            paused: false,
         })
     }
 

@@ -12,6 +12,8 @@
 //! <prefix>:{<queue>:<p>}:done       ZSET id -> completed_ms      executed-set (dedup)
 //! <prefix>:{<queue>:<p>}:dead       ZSET id -> failed_ms         dead letters
 //! <prefix>:{<queue>:<p>}:claim      STRING                       receipt of the latest claim
+//! <prefix>:{<queue>:<p>}:paused     STRING                       set while the queue is paused (controls.rs)
+//! <prefix>:{cluster}:paused         HASH queue -> paused since   the paused queues (controls.rs)
 //! <prefix>:{<queue>:<p>}:ticks      ZSET tick id -> tick ms      tick ledger (recurring.rs)
 //! <prefix>:{recurring#<s>}:schedules HASH name -> record         recurring schedules, 16 shards
 //! <prefix>:{recurring#<s>}:next     ZSET name -> next tick ms    the active ones, by next tick
@@ -79,6 +81,7 @@
 mod admin;
 mod batch;
 mod connection;
+mod controls;
 mod error_map;
 mod keys;
 mod lease;

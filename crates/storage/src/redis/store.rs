@@ -133,4 +133,17 @@ impl TaskStore for RedisStore {
     async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64> {
         self.purge(partition, id).await
     }
+
+    async fn set_paused(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        paused: bool,
+    ) -> StorageResult<()> {
+        self.pause(queue, partitions, paused).await
+    }
+
+    async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>> {
+        self.paused().await
+    }
 }

@@ -14,6 +14,7 @@
 //! dedup age) are real: Redis reads its own `TIME`, so no case fakes that clock.
 
 pub mod claim;
+pub mod controls;
 pub mod dead;
 pub mod dedup;
 pub mod input;
@@ -390,6 +391,10 @@ macro_rules! conformance_suite {
                 cancel_racing_claim_never_both_cancels_and_completes,
                 ack_racing_requeue_expired_is_all_or_nothing,
                 concurrent_upserts_of_one_id_leave_exactly_one_pending_task,
+            ],
+            controls: [
+                a_paused_queue_claims_nothing_and_keeps_accepting_schedules,
+                pause_and_resume_are_idempotent_and_per_queue,
             ],
             recurring: [
                 swap_creates_only_when_absent_and_replaces_only_the_expected_record,

@@ -362,6 +362,7 @@ impl PartitionState {
             tasks,
             next_due_ms: self.due.first_at(),
             dead_lettered: Vec::new(),
+            paused: false,
         }
     }
 
