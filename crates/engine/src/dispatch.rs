@@ -13,12 +13,14 @@ use crate::runtime::{next_run_number, QueueRuntime, RunningTask, Runtime};
 use crate::task::Task;
 
 /// Starts running `claimed` on the queue's handler; `slot` is held until the handler is done
-/// and the task has a settling place (see [`QueueRuntime::settling`]).
+/// and the task has a settling place (see [`QueueRuntime::settling`]), `global` (a slot of
+/// the queue's `global_concurrency`) until the handler is done.
 pub(crate) fn spawn_execution(
     runtime: Arc<Runtime>,
     queue: Arc<QueueRuntime>,
     claimed: ClaimedTask,
     slot: OwnedSemaphorePermit,
+    global: Option<OwnedSemaphorePermit>,
 ) {
     let span = tracing::info_span!(
         "task",
@@ -28,7 +30,7 @@ pub(crate) fn spawn_execution(
         generation = claimed.generation,
     );
     let executions = runtime.executions.clone();
-    executions.spawn(execute(runtime, queue, claimed, slot).instrument(span));
+    executions.spawn(execute(runtime, queue, claimed, slot, global).instrument(span));
 }
 
 /// How a handler run ended.
@@ -44,6 +46,7 @@ async fn execute(
     queue: Arc<QueueRuntime>,
     claimed: ClaimedTask,
     slot: OwnedSemaphorePermit,
+    global: Option<OwnedSemaphorePermit>,
 ) {
     if runtime.killed.load(std::sync::atomic::Ordering::Relaxed) {
         // A crashed node runs nothing more; the lease expires and another node takes over.
@@ -103,6 +106,8 @@ async fn execute(
             ))
         }
     };
+    // The handler runs no more: its cluster-wide slot is free for the next one at once.
+    drop(global);
     if !matches!(outcome, RunOutcome::Aborted) {
         metrics::histogram!("delayq_handler_duration_seconds", "queue" => queue_label)
             .record(started.elapsed().as_secs_f64());

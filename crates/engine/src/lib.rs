@@ -37,6 +37,7 @@ mod dispatch;
 mod error;
 mod handler;
 mod health;
+mod limits;
 mod maintenance;
 mod partition;
 pub mod recurring;

@@ -133,7 +133,36 @@ impl Serving {
             let Some(permits) = self.acquire_slots(batch_limit).await else {
                 return;
             };
-            let wanted = permits.num_permits();
+            let mut wanted = permits.num_permits();
+            let queue_name = self.queue.name.clone();
+            // The cluster-wide limits: a slot of `global_concurrency` per task, a token of
+            // `rate_limit` per task. Without one, the tasks wait (pending, in due order).
+            let global = match &self.queue.limits.global {
+                Some(global) => match global.acquire(&runtime, &queue_name, wanted).await {
+                    Ok(granted) => {
+                        wanted = granted.num_permits();
+                        Some(granted)
+                    }
+                    Err(retry_at) => {
+                        runtime.timer.insert(retry_at, self.partition.clone());
+                        return;
+                    }
+                },
+                None => None,
+            };
+            let tokens = match &self.queue.limits.rate {
+                Some(rate) => match rate.take(&runtime, &queue_name, wanted as u64).await {
+                    Ok(tokens) => {
+                        wanted = tokens.count as usize;
+                        Some(tokens)
+                    }
+                    Err(next_window) => {
+                        runtime.timer.insert(next_window, self.partition.clone());
+                        return;
+                    }
+                },
+                None => None,
+            };
             let now = runtime.clock.now_ms();
             let lease_deadline = now.saturating_add(lease).max(self.last_lease_deadline + 1);
             self.last_lease_deadline = lease_deadline;
@@ -161,12 +190,18 @@ impl Serving {
                         // The claim may have run with its reply lost: fetch its tasks again
                         // before this partition is claimed anew (which replaces the receipt).
                         if let Some(batch) = self.recover_lost_claim(lease_deadline).await {
-                            self.dispatch(batch, permits);
+                            self.dispatch(batch, permits, global);
                         }
                     }
                     return;
                 }
             };
+            if let (Some(rate), Some(tokens)) = (&self.queue.limits.rate, tokens) {
+                rate.give_back(
+                    tokens,
+                    tokens.count.saturating_sub(batch.tasks.len() as u64),
+                );
+            }
             if batch.paused {
                 // Nothing is claimed until the queue is resumed: the resume wakes this
                 // worker (and every pull would look again), so the timer is not re-armed.
@@ -175,7 +210,7 @@ impl Serving {
             }
             let got = batch.tasks.len() + batch.dead_lettered.len();
             let next_due_ms = batch.next_due_ms;
-            self.dispatch(batch, permits);
+            self.dispatch(batch, permits, global);
             if got < wanted {
                 if let Some(next) = next_due_ms {
                     runtime.timer.insert(next, self.partition.clone());
@@ -188,13 +223,31 @@ impl Serving {
         }
     }
 
-    /// Runs the claimed tasks, one handler slot each; the slots left over are released.
-    fn dispatch(&self, batch: ClaimBatch, mut permits: OwnedSemaphorePermit) {
+    /// Runs the claimed tasks, one handler slot each (and one global slot each when the
+    /// queue has `global_concurrency`); the slots left over are released.
+    fn dispatch(
+        &self,
+        batch: ClaimBatch,
+        mut permits: OwnedSemaphorePermit,
+        mut global: Option<OwnedSemaphorePermit>,
+    ) {
         for task in batch.tasks {
             let Some(slot) = permits.split(1) else {
                 break;
             };
-            dispatch::spawn_execution(self.runtime.clone(), self.queue.clone(), task, slot);
+            let global_slot = match global.as_mut() {
+                // Never more tasks than slots (the claim asked for as many); should that ever
+                // change, a task runs rather than waits a lease in flight.
+                Some(global) => global.split(1),
+                None => None,
+            };
+            dispatch::spawn_execution(
+                self.runtime.clone(),
+                self.queue.clone(),
+                task,
+                slot,
+                global_slot,
+            );
         }
     }
 

@@ -33,6 +33,8 @@ pub(crate) struct QueueRuntime {
     /// soon as it has a settling place, so claims are not held back by the ack's round trip,
     /// and what is held in memory stays bounded when Redis is slow.
     pub(crate) settling: Arc<Semaphore>,
+    /// The cluster-wide limits (`rate_limit`, `global_concurrency`).
+    pub(crate) limits: crate::limits::QueueLimits,
 }
 
 /// A handler execution that has not settled yet.
@@ -161,6 +163,7 @@ impl Runtime {
             partitions,
             slots: Arc::new(Semaphore::new(settings.concurrency)),
             settling: Arc::new(Semaphore::new(settings.concurrency.saturating_mul(4))),
+            limits: crate::limits::QueueLimits::of(&settings),
             settings,
             handler,
         });

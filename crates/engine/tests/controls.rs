@@ -87,3 +87,171 @@ async fn pausing_an_unknown_queue_is_an_error_naming_it() {
     }
     producer.shutdown().await.expect("shutdown");
 }
+
+/// A handler that records when it started and ended (cluster clock) and sleeps `hold`.
+fn timed_handler(
+    spans: std::sync::Arc<parking_lot::Mutex<Vec<(u64, u64)>>>,
+    clock: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<delayq_coordinator::ClusterClock>>>,
+    hold: Duration,
+) -> impl Fn(
+    delayq_engine::Task,
+)
+    -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), std::io::Error>> + Send>>
+       + Send
+       + Sync
+       + 'static {
+    move |_task| {
+        let spans = spans.clone();
+        let clock = clock.clone();
+        Box::pin(async move {
+            let now = || clock.get().map_or(0, |clock| clock.now_ms());
+            let started = now();
+            tokio::time::sleep(hold).await;
+            spans.lock().push((started, now()));
+            Ok(())
+        })
+    }
+}
+
+/// The most spans running at one instant.
+fn most_at_once(spans: &[(u64, u64)]) -> usize {
+    let mut events: Vec<(u64, i32)> = Vec::new();
+    for &(start, end) in spans {
+        events.push((start, 1));
+        events.push((end, -1));
+    }
+    // An end and a start at the same millisecond: the end first.
+    events.sort();
+    let (mut running, mut most) = (0i32, 0i32);
+    for (_, change) in events {
+        running += change;
+        most = most.max(running);
+    }
+    most as usize
+}
+
+async fn global_concurrency_bounds_the_handlers_running_across_nodes(backend: TestBackend) {
+    let mut config = fast_config();
+    let mut queue = config.queue_defaults;
+    queue.concurrency = 10;
+    queue.global_concurrency = Some(5);
+    config.queues.insert("bounded".to_owned(), queue);
+    let spans = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let clock = std::sync::Arc::new(std::sync::OnceLock::new());
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        let node = backend
+            .builder(&config)
+            .handler(
+                "bounded",
+                timed_handler(spans.clone(), clock.clone(), Duration::from_millis(300)),
+            )
+            .start()
+            .await
+            .expect("node starts");
+        let _ = clock.set(node.clock());
+        nodes.push(node);
+    }
+    let now = nodes[0].now_ms();
+    for index in 0..40 {
+        nodes[0]
+            .schedule("bounded", &format!("b{index}"), When::At(now + 200), "")
+            .await
+            .expect("schedule");
+    }
+    wait_until(Duration::from_secs(30), "every task ran", || {
+        spans.lock().len() == 40
+    })
+    .await;
+    let spans = spans.lock().clone();
+    let most = most_at_once(&spans);
+    assert!(most <= 5, "{most} handlers ran at once: {spans:?}");
+    assert!(most >= 3, "the bound is used, not starved: {most}");
+    // 40 tasks of 300 ms, 5 at a time: about 2.4 s.
+    let first = spans.iter().map(|s| s.0).min().unwrap_or(0);
+    let last = spans.iter().map(|s| s.1).max().unwrap_or(0);
+    assert!(last - first >= 2_300, "took {} ms", last - first);
+    for node in nodes {
+        node.shutdown().await.expect("shutdown");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_concurrency_bounds_the_handlers_running_across_nodes_on_redis() {
+    global_concurrency_bounds_the_handlers_running_across_nodes(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_concurrency_bounds_the_handlers_running_across_nodes_on_memory() {
+    global_concurrency_bounds_the_handlers_running_across_nodes(TestBackend::memory()).await;
+}
+
+async fn rate_limit_bounds_the_fires_per_window_across_nodes(backend: TestBackend) {
+    let mut config = fast_config();
+    let mut queue = config.queue_defaults;
+    queue.rate_limit = Some(delayq_engine::config::RateLimit::parse("50/500ms").expect("valid"));
+    config.queues.insert("metered".to_owned(), queue);
+    let recorder = Recorder::new();
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(
+            backend
+                .builder(&config)
+                .handler("metered", recorder.handler())
+                .start()
+                .await
+                .expect("node starts"),
+        );
+    }
+    let now = nodes[0].now_ms();
+    let requests = (0..300)
+        .map(|index| delayq_engine::ScheduleRequest {
+            id: format!("m{index}"),
+            when: When::At(now + 300),
+            payload: bytes::Bytes::new(),
+        })
+        .collect();
+    nodes[0]
+        .schedule_many("metered", requests)
+        .await
+        .expect("schedule_many");
+    wait_until(Duration::from_secs(30), "every task fired", || {
+        recorder.distinct() == 300
+    })
+    .await;
+    let firings = recorder.firings();
+    let mut per_window: std::collections::BTreeMap<u64, usize> = Default::default();
+    for firing in &firings {
+        *per_window.entry(firing.fired_ms / 500).or_insert(0) += 1;
+    }
+    assert!(
+        per_window.values().all(|&count| count <= 50),
+        "at most 50 per 500 ms window: {per_window:?}"
+    );
+    let first = firings.iter().map(|f| f.fired_ms).min().unwrap_or(0);
+    let last = firings.iter().map(|f| f.fired_ms).max().unwrap_or(0);
+    // 300 at 50 per 500 ms: six windows, so at least 2.5 s from the first fire to the last.
+    assert!(
+        last - first >= 2_400,
+        "drained in {} ms: {per_window:?}",
+        last - first
+    );
+    assert!(
+        last - first <= 6_000,
+        "drained in {} ms: {per_window:?}",
+        last - first
+    );
+    for node in nodes {
+        node.shutdown().await.expect("shutdown");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limit_bounds_the_fires_per_window_across_nodes_on_redis() {
+    rate_limit_bounds_the_fires_per_window_across_nodes(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limit_bounds_the_fires_per_window_across_nodes_on_memory() {
+    rate_limit_bounds_the_fires_per_window_across_nodes(TestBackend::memory()).await;
+}

@@ -204,6 +204,40 @@ pub trait TaskStore: RecurringStore + Send + Sync + 'static {
     /// The paused queues, with the time each was paused (ms since the epoch).
     async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>>;
 
+    /// Takes up to `wanted` of the `limit` fire tokens of `queue`'s cluster-wide rate window
+    /// that starts at `window_start_ms` and lasts `period_ms` (`rate_limit`); returns how many
+    /// were granted, 0 when the window is used up. The grants of one window never add up to
+    /// more than `limit`, whichever nodes ask.
+    async fn take_rate_tokens(
+        &self,
+        queue: &QueueName,
+        window_start_ms: u64,
+        period_ms: u64,
+        limit: u64,
+        wanted: u64,
+    ) -> StorageResult<u64>;
+
+    /// Grants `node` up to `wanted` of `queue`'s `limit` cluster-wide handler slots
+    /// (`global_concurrency`), so that all holders together hold at most `limit`; a holder
+    /// whose lease (renewed by every call, `lease_ms` long) ran out is dropped first, so a
+    /// dead node's slots come back. `wanted` 0 only renews. Returns the slots granted.
+    async fn acquire_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        limit: u64,
+        wanted: u64,
+        lease_ms: u64,
+    ) -> StorageResult<u64>;
+
+    /// Gives back `count` of `node`'s global slots of `queue`.
+    async fn release_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        count: u64,
+    ) -> StorageResult<()>;
+
     /// Deletes dead letters: one id, or all of the partition with `None`. Returns how many.
     async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64>;
 }

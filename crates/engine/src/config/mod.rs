@@ -64,7 +64,8 @@ pub use error::ConfigError;
 pub use http::HttpConfig;
 pub use topology::{SentinelConfig, TlsConfig};
 pub use types::{
-    default_node_name, BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig,
+    default_node_name, BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RateLimit,
+    RedisConfig,
 };
 pub use validate::{
     LEASE_RESPONSE_TIMEOUTS, MAX_CLAIM_BATCH, MAX_CONCURRENCY, MAX_NODE_NAME_CHARS, MAX_PARTITIONS,

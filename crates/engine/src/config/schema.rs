@@ -8,7 +8,9 @@ use delayq_storage::QueueName;
 use super::error::ConfigError;
 use super::http::HttpConfig;
 use super::topology::{SentinelConfig, TlsConfig, SENTINEL_KEYS, TLS_KEYS, TOPOLOGY_KEYS};
-use super::types::{BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RedisConfig};
+use super::types::{
+    BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RateLimit, RedisConfig,
+};
 use super::values::{count, duration, invalid, size, string, strings};
 use super::yaml::{self, Key, Node, Value};
 use crate::recurring::{RawSpec, RecurringSpec, ScheduleName};
@@ -57,6 +59,8 @@ pub(crate) const QUEUE_KEYS: &[&str] = &[
     "max_attempts",
     "backoff",
     "timeout",
+    "rate_limit",
+    "global_concurrency",
 ];
 /// The keys of each entry of `recurring:`.
 pub(crate) const RECURRING_KEYS: &[&str] = &[
@@ -347,6 +351,19 @@ impl Walk<'_> {
                 "max_attempts" => queue.max_attempts = count(&key_path, value)?,
                 "backoff" => self.backoff(&key_path, value, &mut queue.backoff)?,
                 "timeout" => queue.timeout = duration(&key_path, value)?,
+                "rate_limit" => {
+                    let text = string(&key_path, value)?;
+                    let limit = RateLimit::parse(&text)
+                        .map_err(|reason| invalid(&key_path, value, reason))?;
+                    queue.rate_limit = Some(limit);
+                }
+                "global_concurrency" => {
+                    let slots: u32 = count(&key_path, value)?;
+                    if slots == 0 {
+                        return Err(invalid(&key_path, value, "must be at least 1"));
+                    }
+                    queue.global_concurrency = Some(slots);
+                }
                 _ => return Err(self.unknown(key_path, key)),
             }
         }

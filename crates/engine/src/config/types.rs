@@ -189,6 +189,49 @@ pub struct QueueConfig {
     pub backoff: BackoffConfig,
     /// How long one handler run may take before it counts as failed. Default 30 s.
     pub timeout: Duration,
+    /// Cluster-wide fire rate (`rate_limit: 200/s`): at most this many tasks of the queue
+    /// fire per period, summed over every node. Default: none.
+    pub rate_limit: Option<RateLimit>,
+    /// Cluster-wide handler slots (`global_concurrency: 20`): at most this many handlers of
+    /// the queue run at once across the cluster, besides `concurrency` per node. Default: none.
+    pub global_concurrency: Option<u32>,
+}
+
+/// `rate_limit: N/PERIOD`: at most `count` fires per `period` (fixed windows of the cluster
+/// clock, `floor(now / period)`), summed over every node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// Fires per period (>= 1).
+    pub count: u64,
+    /// The period (>= 1 ms): `s`, `m`, `h` or a humantime duration (`200/s`, `1000/1m`,
+    /// `5/500ms`).
+    pub period: Duration,
+}
+
+impl RateLimit {
+    /// Reads `N/PERIOD`; the error says what is expected.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        const EXPECTED: &str = "expected N/PERIOD such as 200/s, 1000/1m or 5/500ms";
+        let (count, period) = text.trim().split_once('/').ok_or(EXPECTED)?;
+        let count: u64 = count
+            .trim()
+            .parse()
+            .map_err(|_| format!("{EXPECTED}: {count:?} is not a whole number"))?;
+        if count == 0 {
+            return Err(format!("{EXPECTED}: the count must be at least 1"));
+        }
+        let period = match period.trim() {
+            "s" | "sec" | "second" => Duration::from_secs(1),
+            "m" | "min" | "minute" => Duration::from_secs(60),
+            "h" | "hour" => Duration::from_secs(3600),
+            other => humantime::parse_duration(other)
+                .map_err(|error| format!("{EXPECTED}: {other:?}: {error}"))?,
+        };
+        if period < Duration::from_millis(1) {
+            return Err(format!("{EXPECTED}: the period must be at least 1ms"));
+        }
+        Ok(RateLimit { count, period })
+    }
 }
 
 impl Default for QueueConfig {
@@ -199,6 +242,8 @@ impl Default for QueueConfig {
             max_attempts: 5,
             backoff: BackoffConfig::default(),
             timeout: Duration::from_secs(30),
+            rate_limit: None,
+            global_concurrency: None,
         }
     }
 }

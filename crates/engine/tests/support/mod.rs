@@ -48,6 +48,8 @@ pub fn fast_config() -> Config {
             max: Duration::from_millis(200),
         },
         timeout: Duration::from_secs(10),
+        rate_limit: None,
+        global_concurrency: None,
     };
     config
 }
@@ -380,6 +382,38 @@ impl TaskStore for RecordingStore {
     }
     async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>> {
         self.inner.paused_queues().await
+    }
+    async fn take_rate_tokens(
+        &self,
+        queue: &QueueName,
+        window_start_ms: u64,
+        period_ms: u64,
+        limit: u64,
+        wanted: u64,
+    ) -> StorageResult<u64> {
+        self.inner
+            .take_rate_tokens(queue, window_start_ms, period_ms, limit, wanted)
+            .await
+    }
+    async fn acquire_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        limit: u64,
+        wanted: u64,
+        lease_ms: u64,
+    ) -> StorageResult<u64> {
+        self.inner
+            .acquire_global_slots(queue, node, limit, wanted, lease_ms)
+            .await
+    }
+    async fn release_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        count: u64,
+    ) -> StorageResult<()> {
+        self.inner.release_global_slots(queue, node, count).await
     }
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
         self.inner.register_queue(queue, partitions).await

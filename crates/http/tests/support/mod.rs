@@ -42,6 +42,8 @@ pub fn config(url: &str) -> Config {
             max: Duration::from_millis(100),
         },
         timeout: Duration::from_secs(5),
+        rate_limit: None,
+        global_concurrency: None,
     };
     config
 }

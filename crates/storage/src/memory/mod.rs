@@ -86,6 +86,10 @@ struct Inner {
     recurring: Mutex<BTreeMap<String, recurring::Schedule>>,
     /// Paused queues, with when they were paused.
     paused: RwLock<BTreeMap<QueueName, u64>>,
+    /// Fire tokens taken per (queue, rate window start).
+    rate_windows: Mutex<HashMap<(QueueName, u64), u64>>,
+    /// Global slots per queue: node -> (held, lease deadline ms).
+    global_slots: Mutex<HashMap<QueueName, HashMap<String, (u64, u64)>>>,
 }
 
 impl fmt::Debug for MemoryStore {
@@ -123,6 +127,8 @@ impl MemoryStore {
                 partitions: RwLock::new(HashMap::new()),
                 recurring: Mutex::new(BTreeMap::new()),
                 paused: RwLock::new(BTreeMap::new()),
+                rate_windows: Mutex::new(HashMap::new()),
+                global_slots: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -218,6 +224,64 @@ impl TaskStore for MemoryStore {
             .iter()
             .map(|(queue, &since)| (queue.clone(), since))
             .collect())
+    }
+
+    async fn take_rate_tokens(
+        &self,
+        queue: &QueueName,
+        window_start_ms: u64,
+        period_ms: u64,
+        limit: u64,
+        wanted: u64,
+    ) -> StorageResult<u64> {
+        let mut windows = self.inner.rate_windows.lock();
+        // Forget windows older than two periods (the Redis counters expire likewise).
+        let horizon = window_start_ms.saturating_sub(period_ms.saturating_mul(2));
+        windows.retain(|(_, start), _| *start >= horizon);
+        let used = windows.entry((queue.clone(), window_start_ms)).or_insert(0);
+        let grant = wanted.min(limit.saturating_sub(*used));
+        *used += grant;
+        Ok(grant)
+    }
+
+    async fn acquire_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        limit: u64,
+        wanted: u64,
+        lease_ms: u64,
+    ) -> StorageResult<u64> {
+        let now = self.now_ms();
+        let mut queues = self.inner.global_slots.lock();
+        let holders = queues.entry(queue.clone()).or_default();
+        holders.retain(|_, (_, deadline)| *deadline > now);
+        let held: u64 = holders.values().map(|(count, _)| count).sum();
+        let grant = wanted.min(limit.saturating_sub(held));
+        if grant > 0 || holders.contains_key(node) {
+            let entry = holders.entry(node.to_owned()).or_insert((0, 0));
+            entry.0 += grant;
+            entry.1 = now + lease_ms;
+        }
+        Ok(grant)
+    }
+
+    async fn release_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        count: u64,
+    ) -> StorageResult<()> {
+        let mut queues = self.inner.global_slots.lock();
+        if let Some(holders) = queues.get_mut(queue) {
+            if let Some(entry) = holders.get_mut(node) {
+                entry.0 = entry.0.saturating_sub(count);
+                if entry.0 == 0 {
+                    holders.remove(node);
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {

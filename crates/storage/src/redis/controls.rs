@@ -1,4 +1,6 @@
-//! Queue controls in Redis: the pause flag.
+//! Queue controls in Redis: the pause flag, and the cluster-wide limits (`rate_limit`: one
+//! counter per rate window, `rate_take.lua`; `global_concurrency`: slots held per node under
+//! a lease, `global_slots.lua`; both under the queue's `{<queue>#limits}` tag).
 //!
 //! A paused queue has `<prefix>:{cluster}:paused` `HASH queue -> paused since` (what `stats`
 //! lists) and, in every partition, `<prefix>:{<queue>:<p>}:paused`, which `claim_due.lua`
@@ -15,8 +17,13 @@ use futures::future::try_join_all;
 use crate::error::{StorageError, StorageResult};
 use crate::model::{Partition, QueueName};
 
+use delayq_redis::ScriptCall;
+
 use super::connection::RedisStore;
-use super::keys::paused_key;
+use super::error_map::{map_error, unexpected_reply};
+use super::keys::{paused_key, LimitKeys};
+use super::reply::number;
+use super::scripts::SCRIPTS;
 
 impl RedisStore {
     pub(crate) async fn pause(
@@ -85,5 +92,58 @@ impl RedisStore {
         }
         paused.sort();
         Ok(paused)
+    }
+}
+
+impl RedisStore {
+    /// `rate_take.lua` on the window's counter (kept for two periods).
+    pub(crate) async fn rate_tokens(
+        &self,
+        queue: &QueueName,
+        window_start_ms: u64,
+        period_ms: u64,
+        limit: u64,
+        wanted: u64,
+    ) -> StorageResult<u64> {
+        const OPERATION: &str = "take_rate_tokens";
+        let keys = LimitKeys::new(&self.prefix, queue.as_str());
+        let counter = keys.rate_window(window_start_ms);
+        let call = ScriptCall::new(&SCRIPTS.rate_take)
+            .key(&counter)
+            .arg(limit)
+            .arg(wanted)
+            .arg(period_ms.saturating_mul(2).max(1_000));
+        let reply = self
+            .invoke(&call)
+            .await
+            .map_err(|error| map_error(OPERATION, &counter, error))?;
+        number(&reply).ok_or_else(|| unexpected_reply(OPERATION, format!("{reply:?}")))
+    }
+
+    /// `global_slots.lua`, acquire (with `wanted` 0: renew) or release.
+    pub(crate) async fn global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        acquire: Option<(u64, u64, u64)>,
+        release: u64,
+    ) -> StorageResult<u64> {
+        const OPERATION: &str = "global_slots";
+        let keys = LimitKeys::new(&self.prefix, queue.as_str());
+        let mut call = ScriptCall::new(&SCRIPTS.global_slots)
+            .key(&keys.holders)
+            .key(&keys.leases)
+            .arg(node);
+        call = match acquire {
+            Some((limit, wanted, lease_ms)) => {
+                call.arg("acquire").arg(limit).arg(wanted).arg(lease_ms)
+            }
+            None => call.arg("release").arg(release),
+        };
+        let reply = self
+            .invoke(&call)
+            .await
+            .map_err(|error| map_error(OPERATION, &keys.holders, error))?;
+        number(&reply).ok_or_else(|| unexpected_reply(OPERATION, format!("{reply:?}")))
     }
 }

@@ -76,6 +76,34 @@ pub(crate) fn registry_key(prefix: &str) -> String {
     format!("{prefix}:{{cluster}}:queues")
 }
 
+/// The keys of a queue's cluster-wide limits, tagged `{<queue>#limits}` (no partition's tag:
+/// queue names have no `#`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LimitKeys {
+    /// `HASH node -> global slots held`.
+    pub holders: String,
+    /// `ZSET node -> lease deadline ms` of the holders.
+    pub leases: String,
+    base: String,
+}
+
+impl LimitKeys {
+    /// The limit keys of `queue` under `prefix`.
+    pub(crate) fn new(prefix: &str, queue: &str) -> Self {
+        let base = format!("{prefix}:{{{queue}#limits}}:");
+        LimitKeys {
+            holders: format!("{base}slots"),
+            leases: format!("{base}slot_leases"),
+            base,
+        }
+    }
+
+    /// `STRING`: the fire tokens taken in the rate window starting at `window_start_ms`.
+    pub(crate) fn rate_window(&self, window_start_ms: u64) -> String {
+        format!("{}rate:{window_start_ms}", self.base)
+    }
+}
+
 /// `<prefix>:{cluster}:paused`: `HASH queue -> paused since (ms)`, the paused queues as
 /// `stats` lists them (each partition carries its own flag for the claims).
 pub(crate) fn paused_key(prefix: &str) -> String {
@@ -106,6 +134,13 @@ mod tests {
         assert_eq!(keys.ticks, "delayq:{order-timeout:7}:ticks");
         assert_eq!(keys.paused, "delayq:{order-timeout:7}:paused");
         assert_eq!(paused_key("delayq"), "delayq:{cluster}:paused");
+        let limits = LimitKeys::new("delayq", "order-timeout");
+        assert_eq!(limits.holders, "delayq:{order-timeout#limits}:slots");
+        assert_eq!(limits.leases, "delayq:{order-timeout#limits}:slot_leases");
+        assert_eq!(
+            limits.rate_window(5),
+            "delayq:{order-timeout#limits}:rate:5"
+        );
         let recurring = RecurringKeys::new("delayq", 3);
         assert_eq!(recurring.schedules, "delayq:{recurring#3}:schedules");
         assert_eq!(recurring.next, "delayq:{recurring#3}:next");

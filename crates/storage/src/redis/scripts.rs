@@ -47,11 +47,13 @@ pub(crate) struct Scripts {
     pub recurring_swap: Script,
     pub recurring_due: Script,
     pub recurring_fired: Script,
+    pub rate_take: Script,
+    pub global_slots: Script,
 }
 
 impl Scripts {
     /// All of them, for preloading.
-    pub(crate) fn all(&self) -> [&Script; 16] {
+    pub(crate) fn all(&self) -> [&Script; 18] {
         [
             &self.schedule,
             &self.claim_due,
@@ -69,6 +71,8 @@ impl Scripts {
             &self.recurring_swap,
             &self.recurring_due,
             &self.recurring_fired,
+            &self.rate_take,
+            &self.global_slots,
         ]
     }
 }
@@ -94,4 +98,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     recurring_swap: script(&[], include_str!("../../lua/recurring_swap.lua")),
     recurring_due: script(&[], include_str!("../../lua/recurring_due.lua")),
     recurring_fired: script(&[], include_str!("../../lua/recurring_fired.lua")),
+    rate_take: script(&[], include_str!("../../lua/rate_take.lua")),
+    global_slots: script(&[], include_str!("../../lua/global_slots.lua")),
 });

@@ -146,4 +146,39 @@ impl TaskStore for RedisStore {
     async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>> {
         self.paused().await
     }
+
+    async fn take_rate_tokens(
+        &self,
+        queue: &QueueName,
+        window_start_ms: u64,
+        period_ms: u64,
+        limit: u64,
+        wanted: u64,
+    ) -> StorageResult<u64> {
+        self.rate_tokens(queue, window_start_ms, period_ms, limit, wanted)
+            .await
+    }
+
+    async fn acquire_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        limit: u64,
+        wanted: u64,
+        lease_ms: u64,
+    ) -> StorageResult<u64> {
+        self.global_slots(queue, node, Some((limit, wanted, lease_ms)), 0)
+            .await
+    }
+
+    async fn release_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        count: u64,
+    ) -> StorageResult<()> {
+        self.global_slots(queue, node, None, count)
+            .await
+            .map(|_| ())
+    }
 }

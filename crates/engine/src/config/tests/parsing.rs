@@ -95,6 +95,8 @@ queues:
             max: secs(1),
         },
         timeout: secs(5),
+        rate_limit: None,
+        global_concurrency: None,
     };
     let expected = Config {
         redis: RedisConfig {
@@ -132,6 +134,8 @@ queues:
                         max: secs(3600),
                     },
                     timeout: secs(45),
+                    rate_limit: None,
+                    global_concurrency: None,
                 },
             ),
             (
