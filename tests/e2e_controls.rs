@@ -78,3 +78,109 @@ fn a_paused_queue_fires_nothing_on_any_node_and_resume_fires_its_backlog_at_once
     assert_eq!(unknown.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no-such-queue"));
 }
+
+#[test]
+fn a_rate_limit_of_200_per_second_holds_across_three_nodes_with_1000_due_at_once() {
+    let env = Env::start("queues:\n  metered:\n    partitions: 16\n    rate_limit: 200/s\n");
+    let fires = FireLog::default();
+    let _nodes: Vec<NodeProcess> = (0..3)
+        .map(|index| {
+            NodeProcess::spawn_into(
+                &format!("node-{index}"),
+                env.command(&["node"]),
+                fires.clone(),
+            )
+        })
+        .collect();
+    env.wait_for_members(3);
+    let due = now_ms() + 1_000;
+    let lines: String = (0..1000)
+        .map(|index| format!("{{\"id\":\"m{index}\",\"due_ms\":{due}}}\n"))
+        .collect();
+    common::load_tasks(&env, "metered", &lines, 1000);
+    wait_until(
+        Duration::from_secs(30),
+        "every task fired",
+        || fires.distinct() == 1000,
+        || format!("{} fired", fires.distinct()),
+    );
+    let snapshot = fires.snapshot();
+    let mut per_second: std::collections::BTreeMap<u64, usize> = Default::default();
+    for fire in &snapshot {
+        *per_second.entry(fire.fired_ms / 1000).or_insert(0) += 1;
+    }
+    assert!(
+        per_second.values().all(|&count| count <= 200),
+        "at most 200 fires in each second of the cluster clock: {per_second:?}"
+    );
+    // Any sliding second holds at most the limit plus one window's burst.
+    let mut times: Vec<u64> = snapshot.iter().map(|fire| fire.fired_ms).collect();
+    times.sort_unstable();
+    let most_in_a_second = (0..times.len())
+        .map(|start| times[start..].partition_point(|&t| t < times[start] + 1_000))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        most_in_a_second <= 400,
+        "{most_in_a_second} in one sliding second"
+    );
+    let drain_ms = times[times.len() - 1] - times[0];
+    // 1,000 at 200 per second: five windows, so 4 to 5 seconds from the first to the last.
+    assert!(
+        (3_500..=6_500).contains(&drain_ms),
+        "drained in {drain_ms} ms: {per_second:?}"
+    );
+    eprintln!("rate 200/s, 1000 due at once: drained in {drain_ms} ms, per second {per_second:?}");
+}
+
+#[test]
+fn global_concurrency_of_5_bounds_slow_exec_handlers_on_three_nodes() {
+    let env = Env::start(
+        "queues:\n  bounded:\n    partitions: 8\n    concurrency: 10\n    global_concurrency: 5\n",
+    );
+    let spans = env.dir.path().join("spans");
+    std::fs::create_dir_all(&spans).expect("spans dir");
+    // Each run writes its own start and end times (ns since the epoch) into one file.
+    let script = format!(
+        "s=$(date +%s%N); sleep 0.4; echo \"$s $(date +%s%N)\" > {}/$DELAYQ_ID",
+        spans.display()
+    );
+    let _nodes: Vec<NodeProcess> = (0..3)
+        .map(|index| {
+            NodeProcess::spawn(
+                &format!("node-{index}"),
+                env.command(&["node", "--handler", "exec", "--", "sh", "-c", &script]),
+            )
+        })
+        .collect();
+    env.wait_for_members(3);
+    let due = now_ms() + 500;
+    let lines: String = (0..30)
+        .map(|index| format!("{{\"id\":\"b{index}\",\"due_ms\":{due}}}\n"))
+        .collect();
+    common::load_tasks(&env, "bounded", &lines, 30);
+    wait_until(
+        Duration::from_secs(60),
+        "every handler ran",
+        || std::fs::read_dir(&spans).map_or(0, |dir| dir.count()) == 30,
+        String::new,
+    );
+    let mut events: Vec<(u128, i32)> = Vec::new();
+    for entry in std::fs::read_dir(&spans).expect("spans") {
+        let text = std::fs::read_to_string(entry.expect("entry").path()).expect("span");
+        let mut parts = text
+            .split_whitespace()
+            .map(|part| part.parse::<u128>().unwrap_or(0));
+        let (start, end) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        events.push((start, 1));
+        events.push((end, -1));
+    }
+    events.sort();
+    let (mut running, mut most) = (0, 0);
+    for (_, change) in events {
+        running += change;
+        most = most.max(running);
+    }
+    assert!(most <= 5, "{most} handlers ran at once");
+    assert!(most >= 3, "the bound is used: {most}");
+}

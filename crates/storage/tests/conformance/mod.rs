@@ -395,6 +395,9 @@ macro_rules! conformance_suite {
             controls: [
                 a_paused_queue_claims_nothing_and_keeps_accepting_schedules,
                 pause_and_resume_are_idempotent_and_per_queue,
+                rate_tokens_of_a_window_never_add_up_to_more_than_the_limit,
+                global_slots_are_bounded_across_holders_and_come_back_when_released,
+                global_slots_of_a_holder_whose_lease_ran_out_come_back,
             ],
             recurring: [
                 swap_creates_only_when_absent_and_replaces_only_the_expected_record,

@@ -365,3 +365,37 @@ fn recurring_schedules_are_read_and_validated_with_their_key_and_line() {
     let error = parse_err("recurring:\n  s:\n    queue: q\n    every: 1s\n    tz: Europe/Berlin\n");
     assert!(error.to_string().contains("tz"), "{error}");
 }
+
+#[test]
+fn queue_limits_are_read_and_bad_ones_name_their_key() {
+    let text = "queues:\n  q:\n    rate_limit: 200/s\n    global_concurrency: 20\n  r:\n    rate_limit: 1000/1m\n  s:\n    rate_limit: 5/500ms\n";
+    let config = Config::from_yaml_str(text, SRC).expect("valid");
+    let q = config.queue("q");
+    assert_eq!(q.global_concurrency, Some(20));
+    let rate = q.rate_limit.expect("a rate");
+    assert_eq!((rate.count, rate.period), (200, secs(1)));
+    let rate = config.queue("r").rate_limit.expect("a rate");
+    assert_eq!((rate.count, rate.period), (1000, secs(60)));
+    assert_eq!(
+        config.queue("s").rate_limit.expect("a rate").period,
+        millis(500)
+    );
+    assert_eq!(config.queue("t").rate_limit, None);
+    for (bad, why) in [
+        ("fast", "N/PERIOD"),
+        ("0/s", "at least 1"),
+        ("10/fortnightly", "N/PERIOD"),
+        ("x/s", "whole number"),
+    ] {
+        let error = parse_err(&format!("queues:\n  q:\n    rate_limit: {bad}\n"));
+        let message = error.to_string();
+        assert!(message.contains("queues.q.rate_limit"), "{message}");
+        assert!(message.contains(why), "{bad}: {message}");
+        assert_eq!(error.line(), Some(3));
+    }
+    let error = parse_err("queues:\n  q:\n    global_concurrency: 0\n");
+    assert!(
+        error.to_string().contains("queues.q.global_concurrency"),
+        "{error}"
+    );
+}
