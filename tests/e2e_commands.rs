@@ -225,7 +225,7 @@ fn schedule_from_reports_bad_lines_by_number_and_loads_the_rest() {
     let summary: Value = parse_json(&output.stdout);
     assert_eq!(
         summary,
-        json!({"scheduled": 2, "replaced": 0, "duplicates": 0, "failed": 2})
+        json!({"scheduled": 2, "replaced": 0, "duplicates": 0, "kept": 0, "failed": 2})
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "some lines failed: {stderr}");
