@@ -159,9 +159,10 @@ fn schedule_get_cancel_print_the_documented_json() {
     let keys: Vec<&String> = first.as_object().expect("an object").keys().collect();
     assert_eq!(
         keys,
-        ["due_ms", "duplicate", "id", "queue", "replaced"],
+        ["due_ms", "duplicate", "id", "kept", "queue", "replaced"],
         "{first}"
     );
+    assert_eq!(first["kept"], false);
     assert_eq!(first["queue"], "orders");
     assert_eq!(first["id"], "o-1");
     assert_eq!(first["replaced"], false);

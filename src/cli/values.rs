@@ -67,10 +67,7 @@ mod tests {
             .expect_err("not a time")
             .contains("RFC 3339"));
         assert!(at_time("").is_err());
-        assert_eq!(
-            at_time("2023-11-15T00:13:20+02:00"),
-            Ok(1_700_000_000_000)
-        );
+        assert_eq!(at_time("2023-11-15T00:13:20+02:00"), Ok(1_700_000_000_000));
         assert!(at_time("1700000000")
             .expect_err("seconds")
             .contains("looks like seconds"));
@@ -81,7 +78,10 @@ mod tests {
         assert_eq!(schedule_mode("earlier"), Ok(ScheduleMode::Earlier));
         assert_eq!(schedule_mode("replace"), Ok(ScheduleMode::Upsert));
         let error = schedule_mode("sooner").expect_err("unknown");
-        assert!(error.contains("\"sooner\"") && error.contains("if_absent"), "{error}");
+        assert!(
+            error.contains("\"sooner\"") && error.contains("if_absent"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -63,10 +63,7 @@ mod tests {
 
     #[test]
     fn at_accepts_rfc3339_with_any_offset() {
-        assert_eq!(
-            parse_at("2023-11-15T00:13:20+02:00"),
-            Ok(1_700_000_000_000)
-        );
+        assert_eq!(parse_at("2023-11-15T00:13:20+02:00"), Ok(1_700_000_000_000));
         assert_eq!(
             parse_at("2023-11-14T17:13:20.250-05:00"),
             Ok(1_700_000_000_250)

@@ -121,7 +121,9 @@ async fn bulk_items_carry_their_own_mode() {
         {"id": "b", "due_ms": LIVE, "payload": "first"},
         {"id": "c", "due_ms": LIVE, "payload": "first"},
     ]);
-    let (status, summary) = api.call("POST", "/v1/queues/modes/tasks", Some(items)).await;
+    let (status, summary) = api
+        .call("POST", "/v1/queues/modes/tasks", Some(items))
+        .await;
     assert_eq!((status, summary["scheduled"].clone()), (200, json!(3)));
 
     let items = json!([
@@ -132,7 +134,9 @@ async fn bulk_items_carry_their_own_mode() {
         {"id": "c", "due_ms": LATER, "payload": "third"},
         {"id": "e", "due_ms": LATER, "mode": "later"},
     ]);
-    let (status, summary) = api.call("POST", "/v1/queues/modes/tasks", Some(items)).await;
+    let (status, summary) = api
+        .call("POST", "/v1/queues/modes/tasks", Some(items))
+        .await;
     assert_eq!(status, 200, "{summary}");
     assert_eq!(summary["scheduled"], 3, "a, the second c and e: {summary}");
     assert_eq!(summary["replaced"], 2, "{summary}");
@@ -185,7 +189,9 @@ async fn at_takes_any_offset_and_refuses_seconds() {
         "{answer}"
     );
     let items = json!([{"id": "s", "at": "4102444800"}, {"id": "ms", "at": "4102444800000"}]);
-    let (status, summary) = api.call("POST", "/v1/queues/modes/tasks", Some(items)).await;
+    let (status, summary) = api
+        .call("POST", "/v1/queues/modes/tasks", Some(items))
+        .await;
     assert_eq!(status, 200, "{summary}");
     assert_eq!(
         (summary["scheduled"].clone(), summary["failed"].clone()),

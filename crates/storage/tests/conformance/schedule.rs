@@ -580,7 +580,11 @@ pub async fn every_mode_dedups_the_same_due_after_ack(make: Make) {
             ScheduleOutcome::Duplicate,
             "{mode}"
         );
-        assert_eq!(get(&store, &p, &name).await.state, TaskState::Done, "{mode}");
+        assert_eq!(
+            get(&store, &p, &name).await.state,
+            TaskState::Done,
+            "{mode}"
+        );
     }
     assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
 }
@@ -600,7 +604,11 @@ pub async fn every_mode_dedups_a_resend_while_inflight(make: Make) {
             ScheduleOutcome::Duplicate
         };
         assert_eq!(outcome, expected, "{mode}");
-        assert_eq!(get(&store, &p, &name).await, before, "{mode}: no new generation");
+        assert_eq!(
+            get(&store, &p, &name).await,
+            before,
+            "{mode}: no new generation"
+        );
         assert_eq!(ack(&store, &claimed).await, AckOutcome::Completed, "{mode}");
     }
     assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
