@@ -159,9 +159,10 @@ fn schedule_get_cancel_print_the_documented_json() {
     let keys: Vec<&String> = first.as_object().expect("an object").keys().collect();
     assert_eq!(
         keys,
-        ["due_ms", "duplicate", "id", "queue", "replaced"],
+        ["due_ms", "duplicate", "id", "kept", "queue", "replaced"],
         "{first}"
     );
+    assert_eq!(first["kept"], false);
     assert_eq!(first["queue"], "orders");
     assert_eq!(first["id"], "o-1");
     assert_eq!(first["replaced"], false);
@@ -225,7 +226,7 @@ fn schedule_from_reports_bad_lines_by_number_and_loads_the_rest() {
     let summary: Value = parse_json(&output.stdout);
     assert_eq!(
         summary,
-        json!({"scheduled": 2, "replaced": 0, "duplicates": 0, "failed": 2})
+        json!({"scheduled": 2, "replaced": 0, "duplicates": 0, "kept": 0, "failed": 2})
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(1), "some lines failed: {stderr}");

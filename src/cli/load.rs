@@ -6,7 +6,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use delayq_engine::config::Config;
-use delayq_engine::{ScheduleRequest, Scheduler, When};
+use delayq_engine::{ScheduleMode, ScheduleRequest, Scheduler, When};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -29,6 +29,9 @@ struct Line {
     due_ms: Option<u64>,
     #[serde(default)]
     payload: Option<String>,
+    /// `replace`, `if_absent`, `earlier` or `later`; the command's `--mode` when absent.
+    #[serde(default)]
+    mode: Option<String>,
 }
 
 /// An id may be written as a string or as a whole number.
@@ -45,11 +48,13 @@ struct Summary {
     scheduled: u64,
     replaced: u64,
     duplicates: u64,
+    kept: u64,
     failed: u64,
 }
 
 /// Loads the tasks of `source` (a file, or `-` for stdin) into `queue`.
-pub async fn run(queue: &str, source: &Path, config: Config) -> CliResult<()> {
+/// `mode` applies to the lines that give none.
+pub async fn run(queue: &str, source: &Path, mode: ScheduleMode, config: Config) -> CliResult<()> {
     let (reader, size): (Box<dyn Read + Send>, Option<u64>) = if source == Path::new("-") {
         (Box::new(std::io::stdin()), None)
     } else {
@@ -64,6 +69,7 @@ pub async fn run(queue: &str, source: &Path, config: Config) -> CliResult<()> {
     let mut loader = Loader {
         scheduler: &scheduler,
         queue,
+        mode,
         bar: progress_bar(size),
         batch: Vec::with_capacity(BATCH),
         summary: Summary::default(),
@@ -80,7 +86,7 @@ pub async fn run(queue: &str, source: &Path, config: Config) -> CliResult<()> {
         return Err(CliError::Runtime(format!(
             "{} line(s) failed (reported above); the other {} were scheduled",
             summary.failed,
-            summary.scheduled + summary.duplicates
+            summary.scheduled + summary.duplicates + summary.kept
         )));
     }
     Ok(())
@@ -135,6 +141,8 @@ fn progress_bar(size: Option<u64>) -> Option<ProgressBar> {
 struct Loader<'a> {
     scheduler: &'a Scheduler,
     queue: &'a str,
+    /// The mode of lines that give none.
+    mode: ScheduleMode,
     bar: Option<ProgressBar>,
     /// The pending requests with their line numbers.
     batch: Vec<(u64, ScheduleRequest)>,
@@ -154,7 +162,7 @@ impl Loader<'_> {
             if let Some(bar) = &self.bar {
                 bar.inc(line.len() as u64);
             }
-            match parse_line(&line) {
+            match parse_line(&line, self.mode) {
                 Ok(Some(request)) => self.batch.push((number, request)),
                 Ok(None) => {}
                 Err(reason) => self.reject(number, &reason),
@@ -185,6 +193,7 @@ impl Loader<'_> {
         for (number, result) in numbers.into_iter().zip(results) {
             match result {
                 Ok(scheduled) if scheduled.duplicate => self.summary.duplicates += 1,
+                Ok(scheduled) if scheduled.kept => self.summary.kept += 1,
                 Ok(scheduled) => {
                     self.summary.scheduled += 1;
                     if scheduled.replaced {
@@ -211,8 +220,9 @@ impl Loader<'_> {
     }
 }
 
-/// One input line as a request; `None` for a blank line.
-fn parse_line(raw: &[u8]) -> Result<Option<ScheduleRequest>, String> {
+/// One input line as a request (in `default_mode` unless it gives a `"mode"`); `None` for a
+/// blank line.
+fn parse_line(raw: &[u8], default_mode: ScheduleMode) -> Result<Option<ScheduleRequest>, String> {
     let text = std::str::from_utf8(raw).map_err(|error| format!("not UTF-8: {error}"))?;
     let text = text.trim();
     if text.is_empty() {
@@ -234,10 +244,17 @@ fn parse_line(raw: &[u8]) -> Result<Option<ScheduleRequest>, String> {
         }
         (None, None) => return Err("missing \"delay_ms\" or \"due_ms\"".to_owned()),
     };
+    let mode = match line.mode.as_deref() {
+        Some(text) => text
+            .parse::<ScheduleMode>()
+            .map_err(|error| format!("mode: {error}"))?,
+        None => default_mode,
+    };
     Ok(Some(ScheduleRequest {
         id,
         when,
         payload: Bytes::from(line.payload.unwrap_or_default()),
+        mode,
     }))
 }
 
@@ -246,13 +263,13 @@ mod tests {
     use super::*;
 
     fn parsed(text: &str) -> ScheduleRequest {
-        parse_line(text.as_bytes())
+        parse_line(text.as_bytes(), ScheduleMode::Upsert)
             .expect("a valid line")
             .expect("not blank")
     }
 
     fn rejected(text: &str) -> String {
-        parse_line(text.as_bytes()).expect_err("a bad line")
+        parse_line(text.as_bytes(), ScheduleMode::Upsert).expect_err("a bad line")
     }
 
     #[test]
@@ -268,7 +285,22 @@ mod tests {
         assert_eq!(request.id, "7");
         assert_eq!(request.when, When::At(1_700_000_000_000));
         assert_eq!(&request.payload[..], b"x");
-        assert_eq!(parse_line(b"  \r\n").expect("blank is fine"), None);
+        assert_eq!(
+            parse_line(b"  \r\n", ScheduleMode::Upsert).expect("blank is fine"),
+            None
+        );
+        assert_eq!(request.mode, ScheduleMode::Upsert);
+    }
+
+    #[test]
+    fn a_line_may_give_its_mode_else_the_default_applies() {
+        let line = r#"{"id":"a","delay_ms":5,"mode":"later"}"#;
+        assert_eq!(parsed(line).mode, ScheduleMode::Later);
+        let line = r#"{"id":"a","delay_ms":5}"#;
+        let request = parse_line(line.as_bytes(), ScheduleMode::IfAbsent)
+            .expect("valid")
+            .expect("not blank");
+        assert_eq!(request.mode, ScheduleMode::IfAbsent);
     }
 
     #[test]
@@ -278,7 +310,9 @@ mod tests {
         assert!(rejected(r#"{"id":"a","delay_ms":1,"due_ms":2}"#).contains("not both"));
         assert!(rejected(r#"{"id":"a","delay":1}"#).contains("unknown field"));
         assert!(rejected(r#"{"id":"a","delay_ms":-1}"#).contains("invalid JSON"));
-        assert!(parse_line(&[0xff, b'\n'])
+        assert!(rejected(r#"{"id":"a","delay_ms":1,"mode":"sooner"}"#)
+            .contains("unknown schedule mode \"sooner\""));
+        assert!(parse_line(&[0xff, b'\n'], ScheduleMode::Upsert)
             .expect_err("not UTF-8")
             .contains("UTF-8"));
     }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use delayq_engine::config::Config;
-use delayq_engine::{Scheduled, When};
+use delayq_engine::{ScheduleMode, Scheduled, When};
 
 use super::error::CliResult;
 use super::output::print_json;
@@ -13,22 +13,37 @@ use super::{close, load, producer, values};
 /// Examples shown by `delayq schedule --help`.
 pub const SCHEDULE_EXAMPLES: &str = "\
 Examples:
-  delayq schedule order-timeout order-42 --in 30m --payload '{\"order\":42}'
-  delayq schedule reminders r-7 --at 2030-01-01T09:00:00Z
+  delayq schedule order-timeout order-42 --in 30m --payload '{\"order\":42}' --mode if_absent
+  delayq schedule device-offline dev-7 --in 90s              # each heartbeat moves it (replace)
+  delayq schedule reminders r-7 --at 2030-01-01T09:00:00+02:00
   delayq schedule reminders r-8 --at 1893488400000
-  printf '{\"id\":\"a\",\"delay_ms\":500}\\n{\"id\":\"b\",\"due_ms\":1893488400000,\"payload\":\"x\"}\\n' \\
+  printf '{\"id\":\"a\",\"delay_ms\":500}\\n{\"id\":\"b\",\"due_ms\":1893488400000,\"payload\":\"x\",\"mode\":\"earlier\"}\\n' \\
     | delayq schedule order-timeout --from -
 
-One task prints {\"queue\",\"id\",\"due_ms\",\"replaced\",\"duplicate\"}: `replaced` when a live task
-with this id was replaced (upsert), `duplicate` when the same id and due already fired within
-engine.executed_retention (nothing was scheduled).
+One task prints {\"queue\",\"id\",\"due_ms\",\"replaced\",\"duplicate\",\"kept\"}: `replaced` when a
+live task with this id was replaced, `duplicate` when the same id and due already fired within
+engine.executed_retention (nothing was scheduled), `kept` when the mode kept the live task that
+was there (`due_ms` is then its due).
+
+--mode says what happens when the id has a live (pending) task:
+  replace    (default) the new schedule replaces it: each schedule moves the deadline (debounce)
+  if_absent  the live task stays: the first schedule wins (throttle)
+  earlier    the earlier of the two dues wins, with its payload
+  later      the later of the two dues wins, with its payload
+An id with no live task is scheduled in every mode. A task whose handler is running is kept
+by if_absent and earlier; later arms a later due beside it (as replace does). A dead letter is
+replaced by every mode but if_absent.
+
+--at takes RFC 3339 with any offset (without one it is UTC) or epoch milliseconds; a number
+below 10^11 is refused, as it looks like seconds.
 
 --from reads one JSON object per line: {\"id\":..,\"delay_ms\":..} or {\"id\":..,\"due_ms\":..},
-with an optional \"payload\" string. Empty lines are skipped. A bad line is reported on stderr
-with its line number and skipped; the others still load. The summary
-{\"scheduled\",\"replaced\",\"duplicates\",\"failed\"} goes to stdout. The exit status is 0 when
-every line was scheduled, 1 when some lines failed (the rest were loaded) or the load stopped
-on an error, 2 when the file cannot be read.";
+with an optional \"payload\" string and \"mode\" (as --mode; --mode is the default for lines
+without one). Empty lines are skipped. A bad line is reported on stderr with its line number
+and skipped; the others still load. The summary
+{\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\"} goes to stdout. The exit status is
+0 when every line was scheduled (or kept, or a duplicate), 1 when some lines failed (the rest
+were loaded) or the load stopped on an error, 2 when the file cannot be read.";
 
 /// The arguments of `delayq schedule`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +53,7 @@ pub struct ScheduleArgs {
     #[arg(value_name = "QUEUE", value_parser = values::queue_name)]
     queue: String,
 
-    /// The task's id (scheduling an existing id replaces that task).
+    /// The task's id (what scheduling an existing id does is up to --mode).
     #[arg(value_name = "ID", value_parser = values::task_id, required_unless_present = "from")]
     id: Option<String>,
 
@@ -46,14 +61,18 @@ pub struct ScheduleArgs {
     #[arg(long = "in", id = "in_", value_name = "DURATION", value_parser = values::duration)]
     in_: Option<Duration>,
 
-    /// Due at this time: milliseconds since the Unix epoch, or RFC 3339 in UTC
-    /// (2030-01-01T09:00:00Z).
+    /// Due at this time: RFC 3339 with any offset (2030-01-01T09:00:00+02:00), or
+    /// milliseconds since the Unix epoch (not seconds: below 10^11 is refused).
     #[arg(long, value_name = "EPOCH_MS|RFC3339", value_parser = values::at_time)]
     at: Option<u64>,
 
     /// The task's payload (text).
     #[arg(long, value_name = "TEXT", conflicts_with = "from")]
     payload: Option<String>,
+
+    /// What to do when the id has a live task: replace (default), if_absent, earlier, later.
+    #[arg(long, value_name = "MODE", default_value = "replace", value_parser = values::schedule_mode)]
+    mode: ScheduleMode,
 
     /// Load many tasks from JSON lines in FILE (`-` for stdin) instead.
     #[arg(long, value_name = "FILE|-", conflicts_with = "id")]
@@ -63,7 +82,7 @@ pub struct ScheduleArgs {
 /// Schedules one task, or loads a file.
 pub async fn run(args: ScheduleArgs, config: Config) -> CliResult<()> {
     if let Some(source) = args.from {
-        return load::run(&args.queue, &source, config).await;
+        return load::run(&args.queue, &source, args.mode, config).await;
     }
     let when = match (args.in_, args.at) {
         (Some(delay), _) => When::In(delay),
@@ -75,7 +94,7 @@ pub async fn run(args: ScheduleArgs, config: Config) -> CliResult<()> {
     let payload = args.payload.unwrap_or_default();
     let scheduler = producer(config).await?;
     let result = scheduler
-        .schedule(&args.queue, &id, when, payload.into_bytes())
+        .schedule_with(&args.queue, &id, when, payload.into_bytes(), args.mode)
         .await;
     close(scheduler).await;
     let scheduled: Scheduled = result?;

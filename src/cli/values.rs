@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use delayq_storage::{QueueName, TaskId};
+use delayq_storage::{QueueName, ScheduleMode, TaskId};
 use serde_json::{Map, Value};
 
 /// A humantime duration (`500ms`, `30s`, `1h 30m`), for clap.
@@ -12,11 +12,17 @@ pub fn duration(text: &str) -> Result<Duration, String> {
         .map_err(|error| format!("{error} (expected a duration such as 500ms, 30s, 5m or 1h 30m)"))
 }
 
-/// An absolute due time, for clap: milliseconds since the Unix epoch, or an RFC 3339 time in
-/// UTC (`2030-01-01T09:00:00Z`; the `T` may be a space, the `Z` and fractions are optional).
-/// The same parser reads the HTTP API's `"at"`.
+/// An absolute due time, for clap: RFC 3339 with any offset (`2030-01-01T09:00:00+02:00`;
+/// without an offset it is UTC) or milliseconds since the Unix epoch (a number below 10^11
+/// is refused: it looks like seconds). The same parser reads the HTTP API's `"at"`.
 pub fn at_time(text: &str) -> Result<u64, String> {
     delayq_http::time::parse_at(text)
+}
+
+/// A schedule mode, for clap: `replace`, `if_absent`, `earlier` or `later`.
+pub fn schedule_mode(text: &str) -> Result<ScheduleMode, String> {
+    text.parse::<ScheduleMode>()
+        .map_err(|error| error.to_string())
 }
 
 /// A valid queue name, for clap (checked before any connection is made).
@@ -61,6 +67,21 @@ mod tests {
             .expect_err("not a time")
             .contains("RFC 3339"));
         assert!(at_time("").is_err());
+        assert_eq!(at_time("2023-11-15T00:13:20+02:00"), Ok(1_700_000_000_000));
+        assert!(at_time("1700000000")
+            .expect_err("seconds")
+            .contains("looks like seconds"));
+    }
+
+    #[test]
+    fn schedule_mode_names_the_bad_value() {
+        assert_eq!(schedule_mode("earlier"), Ok(ScheduleMode::Earlier));
+        assert_eq!(schedule_mode("replace"), Ok(ScheduleMode::Upsert));
+        let error = schedule_mode("sooner").expect_err("unknown");
+        assert!(
+            error.contains("\"sooner\"") && error.contains("if_absent"),
+            "{error}"
+        );
     }
 
     #[test]

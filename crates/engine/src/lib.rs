@@ -47,7 +47,7 @@ mod task;
 pub mod timer;
 
 pub use builder::{MemoryBackend, SchedulerBuilder};
-pub use delayq_storage::Cancel;
+pub use delayq_storage::{Cancel, ScheduleMode, UnknownScheduleMode};
 pub use error::{EngineError, EngineResult};
 pub use handler::{Handler, HandlerError, HandlerFuture};
 pub use scheduler::{ScheduleRequest, Scheduler};

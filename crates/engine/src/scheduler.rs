@@ -65,6 +65,27 @@ pub struct ScheduleRequest {
     pub when: When,
     /// Its payload.
     pub payload: Bytes,
+    /// What to do when the id has a live task ([`ScheduleMode::Upsert`], i.e. replace, by
+    /// default); each item has its own.
+    pub mode: ScheduleMode,
+}
+
+impl ScheduleRequest {
+    /// A request in the default mode (replace).
+    pub fn new(id: impl Into<String>, when: When, payload: impl Into<Bytes>) -> Self {
+        ScheduleRequest {
+            id: id.into(),
+            when,
+            payload: payload.into(),
+            mode: ScheduleMode::default(),
+        }
+    }
+
+    /// The same request in `mode`.
+    pub fn with_mode(mut self, mode: ScheduleMode) -> Self {
+        self.mode = mode;
+        self
+    }
 }
 
 impl Scheduler {
@@ -141,7 +162,7 @@ impl Scheduler {
         when: When,
         payload: impl Into<Bytes>,
     ) -> EngineResult<Scheduled> {
-        self.schedule_with_mode(queue, id, when, payload.into(), ScheduleMode::Upsert)
+        self.schedule_with(queue, id, when, payload, ScheduleMode::Upsert)
             .await
     }
 
@@ -169,18 +190,27 @@ impl Scheduler {
         when: When,
         payload: impl Into<Bytes>,
     ) -> EngineResult<Scheduled> {
-        self.schedule_with_mode(queue, id, when, payload.into(), ScheduleMode::IfAbsent)
+        self.schedule_with(queue, id, when, payload, ScheduleMode::IfAbsent)
             .await
     }
 
-    async fn schedule_with_mode(
+    /// Schedules the task `id` of `queue` in `mode`: what happens when the id already has a
+    /// live task. [`ScheduleMode::Upsert`] (`replace`) replaces it (a debounce: each
+    /// schedule moves the deadline), [`ScheduleMode::IfAbsent`] keeps it (the first schedule
+    /// wins), [`ScheduleMode::Earlier`] / [`ScheduleMode::Later`] keep whichever of the two
+    /// dues is earlier / later, with its payload. The answer's `kept` says the live task was
+    /// kept (`due_ms` is then its due); see [`ScheduleMode`] for tasks in flight or dead.
+    /// An id without a live task is scheduled in every mode, and a schedule that already
+    /// fired (same id and due) is a `duplicate` in every mode (guarantee 6).
+    pub async fn schedule_with(
         &self,
         queue: &str,
         id: &str,
         when: When,
-        payload: Bytes,
+        payload: impl Into<Bytes>,
         mode: ScheduleMode,
     ) -> EngineResult<Scheduled> {
+        let payload = payload.into();
         let queue = QueueName::new(queue)?;
         let id = TaskId::new(id)?;
         let partitions = self.partitions_for_write(&queue).await?;
@@ -198,8 +228,11 @@ impl Scheduler {
         Ok(scheduled(&partition, &id, due_ms, outcome))
     }
 
-    /// Schedules many tasks of one queue in pipelined batches. Returns one result per
-    /// request, in order: a bad item fails alone, the others are stored.
+    /// Schedules many tasks of one queue in pipelined batches, each in its request's mode.
+    /// Returns one result per request, in order: a bad item fails alone, the others are
+    /// stored. Requests are applied in order: consecutive requests of one mode go to the
+    /// store together, and a change of mode starts the next store call (so a batch in one
+    /// mode costs the same as before modes existed).
     pub async fn schedule_many(
         &self,
         queue: &str,
@@ -224,23 +257,39 @@ impl Scheduler {
             results.push(None);
             positions.push(position);
             items.push((
-                partition,
-                NewTask {
-                    id,
-                    due_ms,
-                    payload: request.payload,
-                },
+                request.mode,
+                (
+                    partition,
+                    NewTask {
+                        id,
+                        due_ms,
+                        payload: request.payload,
+                    },
+                ),
             ));
         }
         let keys: Vec<(Partition, TaskId, u64)> = items
             .iter()
-            .map(|(partition, task)| (partition.clone(), task.id.clone(), task.due_ms))
+            .map(|(_, (partition, task))| (partition.clone(), task.id.clone(), task.due_ms))
             .collect();
-        let outcomes = self
-            .runtime
-            .store
-            .schedule_many(items, ScheduleMode::Upsert)
-            .await?;
+        let mut outcomes = Vec::with_capacity(items.len());
+        let mut items = items.into_iter().peekable();
+        while let Some((mode, first)) = items.next() {
+            let mut run = vec![first];
+            while let Some((_, item)) = items.next_if(|(next, _)| *next == mode) {
+                run.push(item);
+            }
+            let count = run.len();
+            let mut got = self.runtime.store.schedule_many(run, mode).await?;
+            // Keeps the outcomes aligned with the items should a store answer too few.
+            got.resize_with(count, || {
+                Err(StorageError::Backend {
+                    operation: "schedule_many",
+                    message: "the store returned no outcome for this item".to_owned(),
+                })
+            });
+            outcomes.extend(got);
+        }
         // One wake-up per partition, for its earliest new due.
         let mut earliest: BTreeMap<Partition, u64> = BTreeMap::new();
         for ((position, (partition, id, due_ms)), outcome) in

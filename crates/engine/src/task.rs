@@ -80,7 +80,7 @@ pub struct Scheduled {
     pub replaced: bool,
     /// The same id and due already fired within the retention: nothing was scheduled.
     pub duplicate: bool,
-    /// `schedule_if_absent` found a live task and kept it (its due is in `due_ms`).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// The mode (`if_absent`, `earlier`, `later`) kept the live task that was there; its due
+    /// is in `due_ms`.
     pub kept: bool,
 }

@@ -55,6 +55,7 @@ async fn every_task_fires_exactly_once_never_early(backend: TestBackend, tasks: 
             id: format!("task-{n}"),
             when: When::In(Duration::from_millis(rng.random_range(200..3_000))),
             payload: bytes::Bytes::new(),
+            mode: Default::default(),
         });
     }
     let mut producers = Vec::new();

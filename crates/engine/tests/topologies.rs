@@ -62,6 +62,7 @@ async fn cluster_three_nodes_fire_every_task_once_never_early_spread_over_the_ma
                     // Due 2 to 5 s ahead, spread evenly (7919 is prime).
                     when: When::In(Duration::from_millis(2_000 + (task * 7_919 % 3_000) as u64)),
                     payload: Bytes::new(),
+                    mode: Default::default(),
                 })
                 .collect();
             let results = node

@@ -24,7 +24,7 @@ async fn schedule_get_cancel_answer_like_the_cli() {
     let keys: Vec<&String> = first.as_object().expect("an object").keys().collect();
     assert_eq!(
         keys,
-        ["due_ms", "duplicate", "id", "queue", "replaced"],
+        ["due_ms", "duplicate", "id", "kept", "queue", "replaced"],
         "{first}"
     );
     assert_eq!(

@@ -1,12 +1,17 @@
--- schedule.lua: schedules one or more tasks of one partition (upsert or if-absent, with dedup).
+-- schedule.lua: schedules one or more tasks of one partition (a mode, with dedup).
 -- KEYS[1]: due        ZSET id -> due_ms of pending tasks
 -- KEYS[2]: tasks      HASH id -> record
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: done       ZSET id -> completed_ms (executed-set)
 -- KEYS[5]: dead       ZSET id -> failed_ms
 -- KEYS[6]: ticks      ZSET tick id -> tick ms, the tick ledger (mode 'tick' only)
--- ARGV[1]: mode, 'upsert', 'if_absent' or 'tick' (a recurring schedule's tick: if-absent,
---          and only if the ledger does not have the id yet; the id then enters the ledger)
+-- ARGV[1]: mode, 'upsert', 'if_absent', 'earlier', 'later' or 'tick' (a recurring schedule's
+--          tick: if-absent, and only if the ledger does not have the id yet; the id then
+--          enters the ledger). For a pending id, 'earlier' / 'later' keep it unless the new
+--          due is strictly earlier / later than its current due (the payload goes with the
+--          winning due). For an id in flight, 'earlier' keeps it; 'later' re-arms (as
+--          'upsert' does) only a due later than the running attempt's. A dead id is replaced
+--          by every mode but 'if_absent'. Rust's twin: ScheduleMode in src/model.rs.
 -- ARGV[2]: executed retention in ms (an (id, due) that completed less than this long ago, by
 --          Redis TIME, is a duplicate; 0 turns dedup off)
 -- ARGV[3k], ARGV[3k+1], ARGV[3k+2] for k = 1, 2, ...: id, due_ms, payload of item k
@@ -24,8 +29,14 @@
 -- with one HSET and one ZADD for the whole call; only existing ids take the per-item path.
 
 local due_key, tasks_key, inflight_key, done_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local tick_mode = ARGV[1] == 'tick'
-local if_absent = ARGV[1] == 'if_absent' or tick_mode
+local mode = ARGV[1]
+if mode ~= 'upsert' and mode ~= 'if_absent' and mode ~= 'earlier' and mode ~= 'later'
+    and mode ~= 'tick' then
+  return redis.error_reply('ERR schedule.lua: unknown mode ' .. tostring(mode))
+end
+local tick_mode = mode == 'tick'
+local if_absent = mode == 'if_absent' or tick_mode
+local earlier, later = mode == 'earlier', mode == 'later'
 local retention = tonumber(ARGV[2])
 -- Every new id of this call shares one generation (Redis TIME in µs): unique per id.
 local fresh_header = encode_record(redis_now_us(), 1, 0, '', '', '', '')
@@ -74,6 +85,18 @@ local function schedule_existing(id, due, payload, raw)
     if not pending and not dead and retention > 0 and sched_of(rec) == due then
       -- In flight for this very due: a resend of the fire that is running (guarantee 6).
       return 'D'
+    end
+    if pending then
+      -- earlier / later: the live due wins unless the new one is strictly earlier / later.
+      local live_due, new_due = tonumber(pending), tonumber(due)
+      if (earlier and new_due >= live_due) or (later and new_due <= live_due) then
+        return 'K' .. pending
+      end
+    elseif not dead then
+      -- In flight: earlier keeps the running attempt; later re-arms only a later due.
+      if earlier or (later and tonumber(due) <= tonumber(rec.due)) then
+        return 'K' .. rec.due
+      end
     end
     verdict = 'R' .. (pending or rec.due)
     if dead then

@@ -179,16 +179,124 @@ pub struct NewTask {
     pub payload: Bytes,
 }
 
-/// What `schedule` does when the id already names a live task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// What `schedule` does when the id already names a live task (`--mode` on the command line,
+/// `"mode"` over HTTP).
+///
+/// For an id that has a **pending** task (also one waiting for a retry, whose due is then the
+/// retry's time):
+///
+/// | mode | the live task | answer |
+/// |---|---|---|
+/// | [`Upsert`](Self::Upsert) (`replace`) | replaced by the new one (due and payload) | `Replaced` |
+/// | [`IfAbsent`](Self::IfAbsent) | kept | `Kept` |
+/// | [`Earlier`](Self::Earlier) | replaced when the new due is earlier, else kept | `Replaced` / `Kept` |
+/// | [`Later`](Self::Later) | replaced when the new due is later, else kept | `Replaced` / `Kept` |
+///
+/// The payload goes with the due that wins; on a tie the live task is kept untouched. A
+/// replaced task starts afresh (new generation, attempt 1, no error).
+///
+/// An id with **no live task** (never scheduled, completed, cancelled) is scheduled in every
+/// mode. The executed-set applies first in every mode (guarantee 6): the same id and due
+/// that completed within the retention is a `Duplicate`, and so is the same id and scheduled
+/// due while that fire is running (except with `IfAbsent`, which answers `Kept`).
+///
+/// An id **in flight** (its handler is running): nothing ever stops or alters the running
+/// attempt. `Upsert` arms the new schedule beside it (the running attempt's ack is then
+/// superseded and no retry follows it); `IfAbsent` and `Earlier` keep it (a run already
+/// under way is as early as a fire can be), answering `Kept` with the running attempt's due;
+/// `Later` arms the new schedule as `Upsert` does when its due is later than the running
+/// attempt's due, and keeps otherwise. (BullMQ and Asynq refuse a job id that is active;
+/// `Later` departs from that because a deadline that only moves forward, e.g. a heartbeat
+/// timeout, must not be lost while the previous deadline's handler runs.)
+///
+/// An id that is **dead** (attempts exhausted): `IfAbsent` keeps the dead letter (it stays
+/// until retried or purged, as a BullMQ or Asynq job id stays taken); `Upsert`, `Earlier`
+/// and `Later` treat a dead letter as no live task (it will never fire, so no due of its
+/// can win): the new schedule replaces it (`Replaced`, with the dead letter's due) and the
+/// dead letter is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum ScheduleMode {
-    /// Replace the existing task (its due, payload and attempt count); the default, and how a
-    /// heartbeat pushes a deadline forward.
+    /// `replace`: replace the existing task (its due, payload and attempt count); the default,
+    /// and how a heartbeat pushes a deadline forward (a debounce).
     #[default]
     Upsert,
-    /// Leave an existing pending, in-flight or dead task alone and report it as
-    /// [`ScheduleOutcome::Kept`].
+    /// `if_absent`: leave an existing pending, in-flight or dead task alone and report it as
+    /// [`ScheduleOutcome::Kept`]: the first schedule wins (a throttle).
     IfAbsent,
+    /// `earlier`: of a pending task's due and the new one, the earlier wins (with its
+    /// payload); a task in flight is kept.
+    Earlier,
+    /// `later`: of a pending (or running) task's due and the new one, the later wins (with
+    /// its payload).
+    Later,
+}
+
+impl ScheduleMode {
+    /// Every mode, in the order the documentation lists them.
+    pub const ALL: [ScheduleMode; 4] = [
+        ScheduleMode::Upsert,
+        ScheduleMode::IfAbsent,
+        ScheduleMode::Earlier,
+        ScheduleMode::Later,
+    ];
+
+    /// The mode's name as users write it: `replace`, `if_absent`, `earlier`, `later`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleMode::Upsert => "replace",
+            ScheduleMode::IfAbsent => "if_absent",
+            ScheduleMode::Earlier => "earlier",
+            ScheduleMode::Later => "later",
+        }
+    }
+
+    /// Whether this mode keeps a live pending task due at `live_due_ms` against a new
+    /// schedule due at `new_due_ms` (else the new one replaces it).
+    pub fn keeps_pending(self, live_due_ms: u64, new_due_ms: u64) -> bool {
+        match self {
+            ScheduleMode::Upsert => false,
+            ScheduleMode::IfAbsent => true,
+            ScheduleMode::Earlier => new_due_ms >= live_due_ms,
+            ScheduleMode::Later => new_due_ms <= live_due_ms,
+        }
+    }
+
+    /// Whether this mode keeps a task in flight whose running attempt is due at
+    /// `running_due_ms` against a new schedule due at `new_due_ms` (else the new one is
+    /// armed beside the running attempt, as `Upsert` does).
+    pub fn keeps_inflight(self, running_due_ms: u64, new_due_ms: u64) -> bool {
+        match self {
+            ScheduleMode::Upsert => false,
+            ScheduleMode::IfAbsent | ScheduleMode::Earlier => true,
+            ScheduleMode::Later => new_due_ms <= running_due_ms,
+        }
+    }
+}
+
+impl fmt::Display for ScheduleMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A schedule mode that is none of `replace`, `if_absent`, `earlier`, `later`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown schedule mode {0:?} (expected replace, if_absent, earlier or later)")]
+pub struct UnknownScheduleMode(pub String);
+
+impl std::str::FromStr for ScheduleMode {
+    type Err = UnknownScheduleMode;
+
+    /// Reads `replace` (or its older name `upsert`), `if_absent`, `earlier` or `later`.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "replace" | "upsert" => Ok(ScheduleMode::Upsert),
+            "if_absent" => Ok(ScheduleMode::IfAbsent),
+            "earlier" => Ok(ScheduleMode::Earlier),
+            "later" => Ok(ScheduleMode::Later),
+            other => Err(UnknownScheduleMode(other.to_owned())),
+        }
+    }
 }
 
 /// What `schedule` did.
@@ -204,7 +312,8 @@ pub enum ScheduleOutcome {
     /// The same id with the same due already fired within the executed retention; nothing
     /// was stored.
     Duplicate,
-    /// [`ScheduleMode::IfAbsent`] found a live task; it was left alone.
+    /// The mode ([`ScheduleMode::IfAbsent`], [`ScheduleMode::Earlier`] or
+    /// [`ScheduleMode::Later`]) kept the live task; it was left alone.
     Kept {
         /// The due time of the task that was kept.
         due_ms: u64,

@@ -300,6 +300,7 @@ pub(super) async fn load(
                     id,
                     when: When::At(due_ms),
                     payload: Bytes::new(),
+                    mode: Default::default(),
                 })
                 .collect();
             let count = requests.len() as u64;

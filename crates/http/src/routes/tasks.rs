@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use axum::Json;
 use bytes::Bytes;
-use delayq_engine::{ScheduleRequest, When};
+use delayq_engine::{ScheduleMode, ScheduleRequest, When};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -13,7 +13,8 @@ use crate::error::ApiError;
 use crate::{json, time, State};
 
 /// A task as a body gives it: its id (bulk only), exactly one of the four forms of its due
-/// time, and an optional payload.
+/// time, an optional payload and an optional mode (`replace`, the default, `if_absent`,
+/// `earlier`, `later`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TaskBody {
@@ -24,9 +25,19 @@ pub(crate) struct TaskBody {
     delay: Option<String>,
     at: Option<String>,
     payload: Option<String>,
+    mode: Option<String>,
 }
 
 impl TaskBody {
+    fn mode(&self) -> Result<ScheduleMode, String> {
+        match self.mode.as_deref() {
+            Some(text) => text
+                .parse::<ScheduleMode>()
+                .map_err(|error| format!("mode: {error}")),
+            None => Ok(ScheduleMode::default()),
+        }
+    }
+
     fn when(&self) -> Result<When, String> {
         let given = [
             self.delay_ms.is_some(),
@@ -60,7 +71,7 @@ impl TaskBody {
     }
 }
 
-/// Schedules (or replaces) one task; answers as `delayq schedule`.
+/// Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 pub(crate) async fn schedule(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
@@ -74,14 +85,19 @@ pub(crate) async fn schedule(
         )));
     }
     let when = body.when().map_err(ApiError::bad_request)?;
+    let mode = body.mode().map_err(ApiError::bad_request)?;
     let payload = Bytes::from(body.payload.unwrap_or_default());
-    let scheduled = state.scheduler.schedule(&queue, &id, when, payload).await?;
+    let scheduled = state
+        .scheduler
+        .schedule_with(&queue, &id, when, payload, mode)
+        .await?;
     Ok(Json(json!(scheduled)))
 }
 
-/// Schedules many tasks of one queue: `{"scheduled","replaced","duplicates","failed"}` as
-/// `delayq schedule --from` prints, plus `"errors":[{"index","error"}]`. A bad item fails
-/// alone, reported by its index.
+/// Schedules many tasks of one queue, each in its own `"mode"`:
+/// `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
+/// prints, plus `"errors":[{"index","error"}]`. A bad item (a bad mode too) fails alone,
+/// reported by its index.
 pub(crate) async fn schedule_many(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -95,27 +111,29 @@ pub(crate) async fn schedule_many(
         let parsed = serde_json::from_value::<TaskBody>(item)
             .map_err(|error| error.to_string())
             .and_then(|item| match &item.id {
-                Some(id) => Ok((id.clone(), item.when()?, item)),
+                Some(id) => Ok((id.clone(), item.when()?, item.mode()?, item)),
                 None => Err("missing field `id`".to_owned()),
             });
         match parsed {
-            Ok((id, when, item)) => {
+            Ok((id, when, mode, item)) => {
                 indexes.push(index);
                 requests.push(ScheduleRequest {
                     id,
                     when,
                     payload: Bytes::from(item.payload.unwrap_or_default()),
+                    mode,
                 });
             }
             Err(error) => errors.push(json!({ "index": index, "error": error })),
         }
     }
-    let (mut scheduled, mut replaced, mut duplicates) = (0u64, 0u64, 0u64);
+    let (mut scheduled, mut replaced, mut duplicates, mut kept) = (0u64, 0u64, 0u64, 0u64);
     if !requests.is_empty() {
         let results = state.scheduler.schedule_many(&queue, requests).await?;
         for (index, result) in indexes.into_iter().zip(results) {
             match result {
                 Ok(outcome) if outcome.duplicate => duplicates += 1,
+                Ok(outcome) if outcome.kept => kept += 1,
                 Ok(outcome) => {
                     scheduled += 1;
                     replaced += u64::from(outcome.replaced);
@@ -132,6 +150,7 @@ pub(crate) async fn schedule_many(
         "scheduled": scheduled,
         "replaced": replaced,
         "duplicates": duplicates,
+        "kept": kept,
         "failed": errors.len(),
         "errors": errors,
     })))

@@ -8,7 +8,9 @@ use delayq_redis::{RedisConnection, ScriptCall};
 use redis::Value;
 
 use crate::error::StorageResult;
-use crate::model::{AckOutcome, LeaseToken, NewTask, Partition, ScheduleOutcome, StoreOptions};
+use crate::model::{
+    AckOutcome, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome, StoreOptions,
+};
 
 use super::batch::Batcher;
 use super::error_map::{map_error, timed_out};
@@ -50,9 +52,9 @@ pub struct RedisStore {
     pub(crate) acker: RedisConnection,
     /// Concurrent acks of one partition, sent together.
     pub(crate) acks: Batcher<Partition, LeaseToken, AckOutcome>,
-    /// Concurrent single schedules of one partition and mode (`true`: if-absent), sent
+    /// Concurrent single schedules of one partition and mode, sent
     /// together.
-    pub(crate) schedules: Batcher<(Partition, bool), NewTask, ScheduleOutcome>,
+    pub(crate) schedules: Batcher<(Partition, ScheduleMode), NewTask, ScheduleOutcome>,
     pub(crate) prefix: Arc<str>,
     pub(crate) options: StoreOptions,
     /// The longest one operation may take: a failover, a response and a reconnection.

@@ -1,5 +1,6 @@
 //! `schedule` and `schedule_many`: one script, `lua/schedule.lua`, that takes any number of
-//! items of one partition, on the producers' connection.
+//! items of one partition, on the producers' connection. Single schedules waiting at once are
+//! coalesced into one call per (partition, mode).
 //!
 //! `schedule_many` validates every item first (an invalid one fails alone, before anything is
 //! sent), then cuts the rest into rounds of at most [`PIPELINE_ITEMS`] items (and about
@@ -66,15 +67,10 @@ impl RedisStore {
         self.schedules
             .submit(
                 "schedule",
-                (partition.clone(), mode == ScheduleMode::IfAbsent),
+                (partition.clone(), mode),
                 task,
-                move |(partition, if_absent), tasks| {
+                move |(partition, mode), tasks| {
                     let store = store.clone();
-                    let mode = if if_absent {
-                        ScheduleMode::IfAbsent
-                    } else {
-                        ScheduleMode::Upsert
-                    };
                     async move { store.schedule_call(&partition, mode, tasks).await }
                 },
             )
@@ -371,6 +367,8 @@ fn mode_arg(mode: ScheduleMode) -> &'static str {
     match mode {
         ScheduleMode::Upsert => "upsert",
         ScheduleMode::IfAbsent => "if_absent",
+        ScheduleMode::Earlier => "earlier",
+        ScheduleMode::Later => "later",
     }
 }
 

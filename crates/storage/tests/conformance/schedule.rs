@@ -1,9 +1,9 @@
-//! schedule (upsert and if-absent), cancel, get, schedule_many.
+//! schedule (in each mode: replace, if-absent, earlier, later), cancel, get, schedule_many.
 
 use bytes::Bytes;
 use delayq_storage::{
-    partition_of, Cancel, NewTask, Partition, ScheduleMode, ScheduleOutcome, StorageError,
-    StoreOptions, TaskState,
+    partition_of, AckOutcome, Cancel, NewTask, Partition, ScheduleMode, ScheduleOutcome,
+    StorageError, StoreOptions, TaskState, MAX_DUE_MS,
 };
 
 use super::*;
@@ -340,5 +340,314 @@ pub async fn schedule_many_spreads_over_partitions(make: Make) {
             .expect("get")
             .expect("stored");
         assert_eq!(info.due_ms, task.due_ms);
+    }
+}
+
+/// Schedules `name` at `due_ms` with `payload` in `mode` and returns the outcome.
+async fn schedule_in(
+    store: &Subject,
+    p: &Partition,
+    name: &str,
+    due_ms: u64,
+    payload: &str,
+    mode: ScheduleMode,
+) -> ScheduleOutcome {
+    store
+        .schedule(
+            p,
+            NewTask {
+                id: id(name),
+                due_ms,
+                payload: Bytes::from(payload.to_owned()),
+            },
+            mode,
+        )
+        .await
+        .unwrap_or_else(|error| panic!("schedule {name} in {mode}: {error}"))
+}
+
+/// Every mode against a pending task due at `T0 + 5s`, with a new due 2 s earlier and 2 s
+/// later: which one wins, with whose payload, and what the answer says.
+pub async fn every_mode_against_a_pending_task_with_an_earlier_and_a_later_due(make: Make) {
+    use ScheduleMode::{Earlier, IfAbsent, Later, Upsert};
+    let (store, p) = setup(make).await;
+    let live = T0 + 5_000;
+    // (mode, new due, does the new one win)
+    let cases = [
+        (Upsert, live - 2_000, true),
+        (Upsert, live + 2_000, true),
+        (IfAbsent, live - 2_000, false),
+        (IfAbsent, live + 2_000, false),
+        (Earlier, live - 2_000, true),
+        (Earlier, live + 2_000, false),
+        (Later, live - 2_000, false),
+        (Later, live + 2_000, true),
+    ];
+    for (n, (mode, new_due, wins)) in cases.into_iter().enumerate() {
+        let name = format!("{mode}-{n}");
+        schedule_in(&store, &p, &name, live, "first", Upsert).await;
+        let before = get(&store, &p, &name).await;
+        let outcome = schedule_in(&store, &p, &name, new_due, "second", mode).await;
+        let after = get(&store, &p, &name).await;
+        let what = format!("{mode} with due {new_due} against {live}");
+        if wins {
+            assert_eq!(
+                outcome,
+                ScheduleOutcome::Replaced {
+                    previous_due_ms: live
+                },
+                "{what}"
+            );
+            assert_eq!(
+                (after.due_ms, after.payload.clone()),
+                (new_due, Bytes::from("second")),
+                "{what}: the payload goes with the due that wins"
+            );
+            assert!(after.generation > before.generation, "{what}");
+        } else {
+            assert_eq!(outcome, ScheduleOutcome::Kept { due_ms: live }, "{what}");
+            assert!(!outcome.replaced() && !outcome.duplicate(), "{what}");
+            assert_eq!(after, before, "{what}: a kept task is untouched");
+        }
+        assert_eq!(after.state, TaskState::Pending, "{what}");
+    }
+    let stats = store.stats(&p, T0).await.expect("stats");
+    assert_eq!(stats.pending, cases.len() as u64, "each id is stored once");
+    // The winners fire at their own dues and nowhere else.
+    let fired = claim_all(&store, &p, live - 2_000).await;
+    let mut fired = ids(&fired);
+    fired.sort_unstable();
+    assert_eq!(fired, ["earlier-4", "replace-0"]);
+}
+
+pub async fn earlier_and_later_keep_a_pending_task_on_a_tie(make: Make) {
+    let (store, p) = setup(make).await;
+    for mode in [ScheduleMode::Earlier, ScheduleMode::Later] {
+        let name = mode.as_str();
+        schedule_in(&store, &p, name, T0 + 1_000, "first", ScheduleMode::Upsert).await;
+        let before = get(&store, &p, name).await;
+        assert_eq!(
+            schedule_in(&store, &p, name, T0 + 1_000, "second", mode).await,
+            ScheduleOutcome::Kept { due_ms: T0 + 1_000 },
+            "{mode}"
+        );
+        assert_eq!(get(&store, &p, name).await, before, "{mode}");
+    }
+}
+
+pub async fn earlier_and_later_compare_with_the_retry_due_of_a_task_waiting_for_a_retry(
+    make: Make,
+) {
+    let (store, p) = setup(make).await;
+    for mode in [ScheduleMode::Earlier, ScheduleMode::Later] {
+        let name = mode.as_str();
+        schedule_in(&store, &p, name, T0, "first", ScheduleMode::Upsert).await;
+        let claimed = claim_one(&store, &p, T0).await;
+        retry_at(&store, &claimed, "boom", T0 + 10_000).await;
+        // Between the scheduled due and the retry's: earlier wins, later loses.
+        let outcome = schedule_in(&store, &p, name, T0 + 5_000, "second", mode).await;
+        let info = get(&store, &p, name).await;
+        if mode == ScheduleMode::Earlier {
+            assert_eq!(
+                outcome,
+                ScheduleOutcome::Replaced {
+                    previous_due_ms: T0 + 10_000
+                }
+            );
+            assert_eq!((info.due_ms, info.attempt), (T0 + 5_000, 1));
+        } else {
+            assert_eq!(
+                outcome,
+                ScheduleOutcome::Kept {
+                    due_ms: T0 + 10_000
+                }
+            );
+            assert_eq!((info.due_ms, info.attempt), (T0 + 10_000, 2));
+        }
+    }
+}
+
+pub async fn every_mode_creates_when_no_live_task_exists(make: Make) {
+    let (store, p) = setup(make).await;
+    for mode in ScheduleMode::ALL {
+        let fresh = format!("fresh-{mode}");
+        assert_eq!(
+            schedule_in(&store, &p, &fresh, T0 + 1_000, "new", mode).await,
+            ScheduleOutcome::Created,
+            "{mode}: an unknown id"
+        );
+        let info = get(&store, &p, &fresh).await;
+        assert_eq!(
+            (info.state, info.due_ms, info.payload),
+            (TaskState::Pending, T0 + 1_000, Bytes::from("new"))
+        );
+
+        let cancelled = format!("cancelled-{mode}");
+        schedule(&store, &p, &cancelled, T0 + 9_000).await;
+        store.cancel(&p, &id(&cancelled)).await.expect("cancel");
+        assert_eq!(
+            schedule_in(&store, &p, &cancelled, T0 + 20_000, "new", mode).await,
+            ScheduleOutcome::Created,
+            "{mode}: a cancelled id"
+        );
+        assert_eq!(get(&store, &p, &cancelled).await.due_ms, T0 + 20_000);
+
+        let done = format!("done-{mode}");
+        complete(&store, &p, &done, T0).await;
+        assert_eq!(
+            schedule_in(&store, &p, &done, T0 + 20_000, "new", mode).await,
+            ScheduleOutcome::Created,
+            "{mode}: a completed id with another due"
+        );
+        assert_eq!(get(&store, &p, &done).await.state, TaskState::Pending);
+    }
+}
+
+pub async fn earlier_keeps_an_inflight_task_whatever_the_due(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let claimed = claim_one(&store, &p, T0).await;
+    for due in [T0 - 5_000, T0 + 5_000] {
+        assert_eq!(
+            schedule_in(&store, &p, "a", due, "other", ScheduleMode::Earlier).await,
+            ScheduleOutcome::Kept { due_ms: T0 },
+            "due {due}"
+        );
+    }
+    assert_eq!(get(&store, &p, "a").await.state, TaskState::Inflight);
+    assert!(claim_all(&store, &p, T0 + 60_000).await.is_empty());
+    assert_eq!(ack(&store, &claimed).await, AckOutcome::Completed);
+}
+
+pub async fn later_rearms_an_inflight_task_only_for_a_later_due(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let claimed = claim_one(&store, &p, T0).await;
+    assert_eq!(
+        schedule_in(&store, &p, "a", T0 - 5_000, "older", ScheduleMode::Later).await,
+        ScheduleOutcome::Kept { due_ms: T0 },
+        "an earlier due than the running one loses"
+    );
+    assert_eq!(get(&store, &p, "a").await.state, TaskState::Inflight);
+    assert_eq!(
+        schedule_in(&store, &p, "a", T0 + 5_000, "newer", ScheduleMode::Later).await,
+        ScheduleOutcome::Replaced {
+            previous_due_ms: T0
+        },
+        "a later due is armed beside the running attempt"
+    );
+    let info = get(&store, &p, "a").await;
+    assert_eq!(
+        (info.state, info.due_ms, info.payload),
+        (TaskState::Pending, T0 + 5_000, Bytes::from("newer"))
+    );
+    assert_eq!(ack(&store, &claimed).await, AckOutcome::Superseded);
+    let next = claim_one(&store, &p, T0 + 5_000).await;
+    assert_eq!(next.payload, Bytes::from("newer"));
+}
+
+pub async fn earlier_and_later_replace_a_dead_task(make: Make) {
+    let (store, p) = setup(make).await;
+    for mode in [ScheduleMode::Earlier, ScheduleMode::Later] {
+        let name = mode.as_str();
+        schedule_dead(&store, &p, name, T0, "boom").await;
+        // Later than the dead letter's due, for `earlier` too: a dead letter never fires,
+        // so no due of its can win.
+        assert_eq!(
+            schedule_in(&store, &p, name, T0 + 60_000, "again", mode).await,
+            ScheduleOutcome::Replaced {
+                previous_due_ms: T0
+            },
+            "{mode}"
+        );
+        let info = get(&store, &p, name).await;
+        assert_eq!(
+            (info.state, info.due_ms, info.attempt, info.payload),
+            (TaskState::Pending, T0 + 60_000, 1, Bytes::from("again")),
+            "{mode}"
+        );
+    }
+    assert!(store.list_dead(&p, 10).await.expect("list_dead").is_empty());
+}
+
+pub async fn every_mode_dedups_the_same_due_after_ack(make: Make) {
+    let (store, p) = setup(make).await;
+    for mode in ScheduleMode::ALL {
+        let name = format!("acked-{mode}");
+        complete(&store, &p, &name, T0).await;
+        assert_eq!(
+            schedule_in(&store, &p, &name, T0, "again", mode).await,
+            ScheduleOutcome::Duplicate,
+            "{mode}"
+        );
+        assert_eq!(
+            get(&store, &p, &name).await.state,
+            TaskState::Done,
+            "{mode}"
+        );
+    }
+    assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
+}
+
+pub async fn every_mode_dedups_a_resend_while_inflight(make: Make) {
+    let (store, p) = setup(make).await;
+    for mode in ScheduleMode::ALL {
+        let name = format!("running-{mode}");
+        schedule(&store, &p, &name, T0).await;
+        let claimed = claim_one(&store, &p, T0).await;
+        let before = get(&store, &p, &name).await;
+        let outcome = schedule_in(&store, &p, &name, T0, "again", mode).await;
+        // If-absent keeps what runs (as it keeps any live task); the others see a resend.
+        let expected = if mode == ScheduleMode::IfAbsent {
+            ScheduleOutcome::Kept { due_ms: T0 }
+        } else {
+            ScheduleOutcome::Duplicate
+        };
+        assert_eq!(outcome, expected, "{mode}");
+        assert_eq!(
+            get(&store, &p, &name).await,
+            before,
+            "{mode}: no new generation"
+        );
+        assert_eq!(ack(&store, &claimed).await, AckOutcome::Completed, "{mode}");
+    }
+    assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
+}
+
+pub async fn schedule_many_honours_earlier_and_later(make: Make) {
+    let (store, p) = setup(make).await;
+    for name in ["a", "b"] {
+        schedule(&store, &p, name, T0 + 5_000).await;
+    }
+    for (mode, winner, loser) in [
+        (ScheduleMode::Earlier, T0 + 1_000, T0 + 9_000),
+        (ScheduleMode::Later, T0 + 9_000, T0 + 1_000),
+    ] {
+        let items = vec![
+            (p.clone(), task("a", winner)),
+            (p.clone(), task("b", loser)),
+            (p.clone(), task(&format!("new-{mode}"), loser)),
+        ];
+        let results = store
+            .schedule_many(items, mode)
+            .await
+            .expect("schedule_many");
+        let outcomes: Vec<_> = results.iter().map(|r| r.as_ref().ok().copied()).collect();
+        let previous_due_ms = if mode == ScheduleMode::Earlier {
+            T0 + 5_000
+        } else {
+            T0 + 1_000
+        };
+        assert_eq!(
+            outcomes,
+            [
+                Some(ScheduleOutcome::Replaced { previous_due_ms }),
+                Some(ScheduleOutcome::Kept { due_ms: T0 + 5_000 }),
+                Some(ScheduleOutcome::Created),
+            ],
+            "{mode}"
+        );
+        assert_eq!(get(&store, &p, "a").await.due_ms, winner, "{mode}");
+        assert_eq!(get(&store, &p, "b").await.due_ms, T0 + 5_000, "{mode}");
     }
 }

@@ -244,7 +244,7 @@ pub fn parse_time_ms(field: &'static str, text: &str) -> Result<u64, SpecError> 
                 field,
                 text,
                 format!(
-                    "epoch milliseconds below 10^11 look like seconds (did you mean {}?)",
+                    "looks like seconds since the epoch; give milliseconds (x1000: {}) or RFC 3339",
                     ms.saturating_mul(1000)
                 ),
             ));

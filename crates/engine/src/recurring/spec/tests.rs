@@ -235,7 +235,10 @@ fn epoch_seconds_are_refused_with_a_hint() {
         "start_at",
         "1800000000",
     );
-    assert!(error.reason.contains("look like seconds"), "{error}");
+    assert!(
+        error.reason.contains("looks like seconds since the epoch"),
+        "{error}"
+    );
     assert!(error.reason.contains("1800000000000"), "{error}");
     assert_eq!(parse_time_ms("at", "1800000000000"), Ok(1_800_000_000_000));
     assert_eq!(

@@ -185,6 +185,19 @@ impl PartitionState {
             {
                 return ScheduleOutcome::Duplicate
             }
+            // Earlier / later: the live due wins unless the new one beats it (see
+            // ScheduleMode); a dead letter is replaced in every mode but if-absent.
+            Some(existing)
+                if match existing.place {
+                    Place::Pending { at_ms } => mode.keeps_pending(at_ms, task.due_ms),
+                    Place::Inflight { .. } => mode.keeps_inflight(existing.due_ms, task.due_ms),
+                    Place::Dead { .. } => false,
+                } =>
+            {
+                return ScheduleOutcome::Kept {
+                    due_ms: existing.current_due_ms(),
+                }
+            }
             Some(existing) => {
                 let (place, previous_due_ms) = (existing.place, existing.current_due_ms());
                 if let Place::Inflight {
