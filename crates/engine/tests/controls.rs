@@ -209,6 +209,7 @@ async fn rate_limit_bounds_the_fires_per_window_across_nodes(backend: TestBacken
             id: format!("m{index}"),
             when: When::At(now + 300),
             payload: bytes::Bytes::new(),
+            mode: delayq_storage::ScheduleMode::Upsert,
         })
         .collect();
     nodes[0]
