@@ -381,6 +381,9 @@ impl TaskStore for RecordingStore {
     async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>> {
         self.inner.paused_queues().await
     }
+    async fn delete_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u64> {
+        self.inner.delete_queue(queue, partitions).await
+    }
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
         self.inner.register_queue(queue, partitions).await
     }

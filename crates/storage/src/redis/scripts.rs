@@ -47,11 +47,12 @@ pub(crate) struct Scripts {
     pub recurring_swap: Script,
     pub recurring_due: Script,
     pub recurring_fired: Script,
+    pub drop_partition: Script,
 }
 
 impl Scripts {
     /// All of them, for preloading.
-    pub(crate) fn all(&self) -> [&Script; 16] {
+    pub(crate) fn all(&self) -> [&Script; 17] {
         [
             &self.schedule,
             &self.claim_due,
@@ -69,6 +70,7 @@ impl Scripts {
             &self.recurring_swap,
             &self.recurring_due,
             &self.recurring_fired,
+            &self.drop_partition,
         ]
     }
 }
@@ -94,4 +96,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     recurring_swap: script(&[], include_str!("../../lua/recurring_swap.lua")),
     recurring_due: script(&[], include_str!("../../lua/recurring_due.lua")),
     recurring_fired: script(&[], include_str!("../../lua/recurring_fired.lua")),
+    drop_partition: script(&[], include_str!("../../lua/drop_partition.lua")),
 });

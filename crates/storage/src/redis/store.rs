@@ -146,4 +146,8 @@ impl TaskStore for RedisStore {
     async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>> {
         self.paused().await
     }
+
+    async fn delete_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u64> {
+        self.drop_queue(queue, partitions).await
+    }
 }
