@@ -20,6 +20,7 @@ pub mod dedup;
 pub mod input;
 pub mod lease;
 pub mod queues;
+pub mod queues_delete;
 pub mod races;
 pub mod recurring;
 pub mod schedule;
@@ -32,8 +33,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayq_storage::{
-    AckOutcome, ClaimedTask, FailAction, FailOutcome, NewTask, Partition, QueueName, ScheduleMode,
-    ScheduleOutcome, StoreOptions, TaskId, TaskInfo, TaskStore,
+    AckOutcome, ClaimedTask, FailAction, FailOutcome, NewTask, Partition, PartitionStats,
+    QueueName, ScheduleMode, ScheduleOutcome, StoreOptions, TaskId, TaskInfo, TaskStore,
 };
 
 /// A fixed point in time (2023-11-14) around which cases place their due times.
@@ -395,6 +396,10 @@ macro_rules! conformance_suite {
             controls: [
                 a_paused_queue_claims_nothing_and_keeps_accepting_schedules,
                 pause_and_resume_are_idempotent_and_per_queue,
+            ],
+            queues_delete: [
+                delete_queue_removes_every_task_and_the_registry_entry,
+                a_deleted_queue_starts_afresh,
             ],
             recurring: [
                 swap_creates_only_when_absent_and_replaces_only_the_expected_record,
