@@ -124,8 +124,14 @@ fn queue_delete_refuses_a_queue_with_tasks_and_with_force_removes_it_from_every_
         after_delete.elapsed()
     );
     let stats = env.json(&["stats", "--json"]);
-    assert!(stats.get("orders").is_none(), "stats still lists it: {stats}");
-    assert_eq!(stats["orders-eu"]["pending"], 1, "the other queue is untouched");
+    assert!(
+        stats.get("orders").is_none(),
+        "stats still lists it: {stats}"
+    );
+    assert_eq!(
+        stats["orders-eu"]["pending"], 1,
+        "the other queue is untouched"
+    );
     let nodes = env.json(&["nodes", "--json"]);
     assert!(
         nodes[0]["partitions_by_queue"].get("orders").is_none(),
@@ -152,7 +158,10 @@ fn queue_delete_refuses_a_queue_with_tasks_and_with_force_removes_it_from_every_
         || format!("{:?}", fires.snapshot()),
     );
     assert!(
-        !fires.snapshot().iter().any(|fire| fire.id.starts_with("later")),
+        !fires
+            .snapshot()
+            .iter()
+            .any(|fire| fire.id.starts_with("later")),
         "a deleted task fired"
     );
 }

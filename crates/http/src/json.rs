@@ -246,8 +246,8 @@ mod tests {
             },
         );
         assert_eq!(
-            stats(&counts),
-            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
+            stats(&counts, &[]),
+            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9, "paused": false}})
         );
     }
 }

@@ -71,7 +71,11 @@ pub async fn delete_queue_removes_every_task_and_the_registry_entry(make: Make) 
         .into_iter()
         .map(|(queue, _)| queue.as_str().to_owned())
         .collect();
-    assert_eq!(paused, [lookalike.clone()], "the other queue stays paused");
+    assert_eq!(
+        paused,
+        vec![lookalike.clone()],
+        "the other queue stays paused"
+    );
 
     for index in 0..4 {
         let partition = part(&doomed, index);
