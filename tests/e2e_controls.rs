@@ -1,6 +1,9 @@
 //! End-to-end, guarantee 11 (pause) through the binary: 3 `delayq node` processes, tasks
 //! falling due while the queue is paused fire nothing (also after a node restarts), `stats`
 //! shows the queue paused, schedules go on, and resume fires the backlog within a second.
+//! `delayq queue delete`: refused while the queue holds tasks (exit 1, naming the counts),
+//! `--force` removes them, the node stops serving the queue within about a pull period, and
+//! `stats` no longer lists it.
 
 mod common;
 
@@ -183,4 +186,88 @@ fn global_concurrency_of_5_bounds_slow_exec_handlers_on_three_nodes() {
     }
     assert!(most <= 5, "{most} handlers ran at once");
     assert!(most >= 3, "the bound is used: {most}");
+}
+
+#[test]
+fn queue_delete_refuses_a_queue_with_tasks_and_with_force_removes_it_from_every_node() {
+    let env = Env::start("queue_defaults:\n  partitions: 4\n");
+    let fires = FireLog::default();
+    let node = NodeProcess::spawn_into("node-0", env.command(&["node"]), fires.clone());
+    env.wait_for_members(1);
+    env.json(&["schedule", "orders", "warm-up", "--in", "0s"]);
+    wait_until(
+        Duration::from_secs(20),
+        "the warm-up fired",
+        || fires.len() == 1,
+        String::new,
+    );
+    env.json(&["schedule", "orders", "later", "--in", "1h"]);
+    env.json(&["schedule", "orders", "later-2", "--in", "2h"]);
+    env.json(&["schedule", "orders-eu", "kept", "--in", "1h"]);
+
+    let refused = env.run(&["queue", "delete", "orders"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    for needle in ["\"orders\"", "2 pending", "0 in-flight", "0 dead", "force"] {
+        assert!(
+            stderr.contains(needle),
+            "the refusal names {needle:?}: {stderr}"
+        );
+    }
+    assert_eq!(env.stats("orders")["pending"], 2, "nothing was deleted");
+
+    let deleted = env.json(&["queue", "delete", "orders", "--force"]);
+    assert_eq!(
+        deleted,
+        serde_json::json!({"queue": "orders", "deleted": true, "tasks": 2})
+    );
+    let after_delete = Instant::now();
+    node.wait_for_stderr("no longer served", Duration::from_secs(5));
+    // pull_period is 200 ms; the CLI's own start-up and a loaded machine get the rest.
+    assert!(
+        after_delete.elapsed() < Duration::from_secs(2),
+        "the node dropped the queue after {:?}",
+        after_delete.elapsed()
+    );
+    let stats = env.json(&["stats", "--json"]);
+    assert!(
+        stats.get("orders").is_none(),
+        "stats still lists it: {stats}"
+    );
+    assert_eq!(
+        stats["orders-eu"]["pending"], 1,
+        "the other queue is untouched"
+    );
+    let nodes = env.json(&["nodes", "--json"]);
+    assert!(
+        nodes[0]["partitions_by_queue"].get("orders").is_none(),
+        "{nodes}"
+    );
+
+    let unknown = env.run(&["queue", "delete", "orders"]);
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown queue \"orders\""));
+
+    // An empty queue goes without --force.
+    env.json(&["cancel", "orders-eu", "kept"]);
+    assert_eq!(
+        env.json(&["queue", "delete", "orders-eu"]),
+        serde_json::json!({"queue": "orders-eu", "deleted": true, "tasks": 0})
+    );
+
+    // A later schedule creates the queue afresh, and the node serves it again.
+    env.json(&["schedule", "orders", "after", "--in", "0s"]);
+    wait_until(
+        Duration::from_secs(20),
+        "the re-created queue fired",
+        || fires.snapshot().iter().any(|fire| fire.id == "after"),
+        || format!("{:?}", fires.snapshot()),
+    );
+    assert!(
+        !fires
+            .snapshot()
+            .iter()
+            .any(|fire| fire.id.starts_with("later")),
+        "a deleted task fired"
+    );
 }

@@ -84,6 +84,9 @@ impl From<EngineError> for CliError {
             | EngineError::DuplicateHandler { .. } => true,
             EngineError::Storage(storage) => is_input_error(storage),
             EngineError::Coordinator(CoordinatorError::InvalidConfig { .. }) => true,
+            // `queue delete` of a queue holding tasks: refused at run time (exit 1), naming
+            // the counts.
+            EngineError::QueueNotEmpty { .. } => false,
             _ => false,
         };
         if usage {

@@ -65,6 +65,18 @@ pub enum EngineError {
         /// The queue's name.
         queue: String,
     },
+    /// `delete_queue` without `force` on a queue that still holds tasks: nothing was deleted.
+    #[error("queue {queue:?} holds {pending} pending, {inflight} in-flight and {dead} dead tasks; delete it with force to remove them too")]
+    QueueNotEmpty {
+        /// The queue's name.
+        queue: String,
+        /// Its pending tasks (also those waiting for a retry).
+        pending: u64,
+        /// Its tasks whose handler is running.
+        inflight: u64,
+        /// Its dead letters.
+        dead: u64,
+    },
     /// The scheduler is shutting down or was shut down.
     #[error("the scheduler is shut down")]
     ShutDown,

@@ -175,27 +175,73 @@ impl Runtime {
         )
     }
 
-    /// The queues this node serves, with their partition counts: the queues with a handler,
-    /// plus (with a default handler) every queue the store knows.
+    /// The queues this node serves, with their partition counts: the queues with a handler
+    /// of their own, plus (with a default handler) every queue the store's registry lists.
+    ///
+    /// A queue that left the registry (`delete_queue`, here or on another node) is forgotten
+    /// here: its partition count and queue runtime are dropped, so the caller stops its
+    /// workers and a later schedule registers it again. A queue with a handler of its own is
+    /// served whatever the registry says (this node was built to run it) but not registered
+    /// again until something schedules into it. When the registry cannot be read, everything
+    /// served so far stays served.
     async fn served_queues(&self) -> BTreeMap<QueueName, u32> {
         let mut served = BTreeMap::new();
         for queue in self.queues.iter() {
-            served.insert(queue.name.clone(), queue.partitions);
+            if self.handlers.contains_key(queue.key()) {
+                served.insert(queue.name.clone(), queue.partitions);
+            }
         }
-        if self.default_handler.is_some() {
-            match self.store.queues().await {
-                Ok(known) => {
-                    self.health.ok();
-                    for (queue, partitions) in known {
-                        self.partition_counts
-                            .insert(queue.as_str().to_owned(), partitions);
-                        served.insert(queue, partitions);
-                    }
+        if self.default_handler.is_none() {
+            return served;
+        }
+        match self.store.queues().await {
+            Ok(known) => {
+                self.health.ok();
+                let listed: HashSet<String> = known
+                    .iter()
+                    .map(|(queue, _)| queue.as_str().to_owned())
+                    .collect();
+                for (queue, partitions) in known {
+                    self.partition_counts
+                        .insert(queue.as_str().to_owned(), partitions);
+                    served.entry(queue).or_insert(partitions);
                 }
-                Err(error) => self.health.failed("queues", &error),
+                let gone: Vec<String> = self
+                    .queues
+                    .iter()
+                    .map(|queue| queue.key().clone())
+                    .chain(
+                        self.partition_counts
+                            .iter()
+                            .map(|count| count.key().clone()),
+                    )
+                    .filter(|name| !listed.contains(name) && !self.handlers.contains_key(name))
+                    .collect();
+                for name in gone {
+                    if self.queues.contains_key(&name) {
+                        tracing::info!(queue = %name, "queue left the registry (deleted); no longer served");
+                    }
+                    self.forget_queue(&name);
+                }
+            }
+            Err(error) => {
+                self.health.failed("queues", &error);
+                for queue in self.queues.iter() {
+                    served.insert(queue.name.clone(), queue.partitions);
+                }
             }
         }
         served
+    }
+
+    /// Forgets what this process cached about `queue` (a deleted queue): its partition
+    /// count, and its queue runtime unless it has a handler of its own. The next rebalance
+    /// stops its workers; the next schedule registers it again.
+    pub(crate) fn forget_queue(&self, queue: &str) {
+        self.partition_counts.remove(queue);
+        if !self.handlers.contains_key(queue) {
+            self.queues.remove(queue);
+        }
     }
 
     /// Starts the workers of partitions this node gained and stops those it lost, for the
@@ -361,7 +407,8 @@ pub(crate) async fn run_wakeups(
     }
 }
 
-/// Follows the membership (and, periodically, the store's queue catalog) and rebalances.
+/// Follows the membership (and, every `pull_period`, the store's queue catalog: new queues
+/// are adopted and deleted ones dropped within one period) and rebalances.
 pub(crate) async fn run_ownership(
     runtime: Arc<Runtime>,
     mut membership: watch::Receiver<Membership>,
@@ -371,8 +418,7 @@ pub(crate) async fn run_ownership(
             .config
             .engine
             .pull_period
-            .max(Duration::from_millis(100))
-            * 2,
+            .max(Duration::from_millis(100)),
     );
     catalog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -59,6 +59,7 @@ impl From<EngineError> for ApiError {
             | EngineError::Config(_)
             | EngineError::DuplicateHandler { .. } => StatusCode::INTERNAL_SERVER_ERROR,
             EngineError::UnknownQueue { .. } => StatusCode::NOT_FOUND,
+            EngineError::QueueNotEmpty { .. } => StatusCode::CONFLICT,
             EngineError::Coordinator(_)
             | EngineError::ShutDown
             | EngineError::ScheduleContended { .. } => StatusCode::SERVICE_UNAVAILABLE,

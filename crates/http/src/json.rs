@@ -156,6 +156,12 @@ pub fn purged(count: u64) -> Value {
     json!({ "purged": count })
 }
 
+/// The answer of a queue deletion: `{"queue","deleted":true,"tasks":N}`, `tasks` being the
+/// pending, in-flight and dead tasks it removed.
+pub fn queue_deleted(queue: &str, tasks: u64) -> Value {
+    json!({ "queue": queue, "deleted": true, "tasks": tasks })
+}
+
 /// The answer to a recurring upsert: `{"name","queue","next_ms","result"}`.
 pub fn recurring_set(set: &RecurringSet) -> Value {
     json!({

@@ -23,7 +23,7 @@
 //! ```
 //!
 //! Endpoints (JSON in and out, the same objects as the command line's `--json`; errors are
-//! `{"error": "..."}` with 400, 401, 403, 404, 413 or 503):
+//! `{"error": "..."}` with 400, 401, 403, 404, 409, 413 or 503):
 //!
 //! ```text
 //! PUT    /v1/queues/{queue}/tasks/{id}        {"delay_ms":N} | {"due_ms":N} | {"in":"30s"} | {"at":"RFC3339"}, optional "payload"
@@ -33,6 +33,8 @@
 //! GET    /v1/queues                           per-queue counts
 //! GET    /v1/queues/{queue}/pending?limit=N   the next N pending tasks
 //! POST   /v1/queues/{queue}/pause             POST /v1/queues/{queue}/resume (guarantee 11)
+//! DELETE /v1/queues/{queue}[?force=true]      the queue and every key of it: {"queue","deleted":true,"tasks":N};
+//!                                             409 with the counts while it holds tasks and force is not given
 //! GET    /v1/queues/{queue}/dead?limit=N      dead letters
 //! POST   /v1/queues/{queue}/dead/{id}/retry   POST /v1/queues/{queue}/dead/retry retries all
 //! DELETE /v1/queues/{queue}/dead/{id}         DELETE /v1/queues/{queue}/dead purges all
@@ -151,6 +153,10 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
                 .delete(routes::tasks::cancel),
         )
         .route("/queues/{queue}/pending", get(routes::queues::pending))
+        .route(
+            "/queues/{queue}",
+            axum::routing::delete(routes::queues::delete),
+        )
         .route("/queues/{queue}/pause", post(routes::queues::pause))
         .route("/queues/{queue}/resume", post(routes::queues::resume))
         .route(

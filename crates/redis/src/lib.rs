@@ -43,6 +43,7 @@
 
 mod connection;
 mod error;
+mod masters;
 mod pubsub;
 mod redact;
 mod scripts;

@@ -240,4 +240,17 @@ pub trait TaskStore: RecurringStore + Send + Sync + 'static {
 
     /// Deletes dead letters: one id, or all of the partition with `None`. Returns how many.
     async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64>;
+
+    /// Deletes the whole of `queue` (of `partitions` partitions): every task of every
+    /// partition (pending, in flight, dead, done), its pause flag and tick ledger, and its
+    /// entry in the registry (so [`queues`](TaskStore::queues) no longer lists it) and among
+    /// the paused queues. Returns the tasks removed: pending + in flight + dead. The Redis
+    /// backend removes every key with the queue's tag on every master (the partitions by name,
+    /// then a `SCAN` of `<prefix>:{<queue>:*` per master) and the registry entries last.
+    ///
+    /// It does not check whether the queue holds tasks (the caller decides) and does not fence
+    /// concurrent writers: a schedule that lands after its partition was deleted stays (and
+    /// one that registers the queue again re-creates it). A handler running a deleted task
+    /// finds its `ack`/`fail` stale or superseded. Idempotent: an unknown queue removes 0.
+    async fn delete_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u64>;
 }

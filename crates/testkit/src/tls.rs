@@ -59,6 +59,8 @@ pub const DELAYQ_COMMANDS: &[&str] = &[
     "zremrangebyrank",
     "zcard",
     "zcount",
+    "scan",
+    "unlink",
     "cluster|slots",
     "cluster|shards",
     "cluster|nodes",

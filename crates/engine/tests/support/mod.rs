@@ -415,6 +415,9 @@ impl TaskStore for RecordingStore {
     ) -> StorageResult<()> {
         self.inner.release_global_slots(queue, node, count).await
     }
+    async fn delete_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u64> {
+        self.inner.delete_queue(queue, partitions).await
+    }
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
         self.inner.register_queue(queue, partitions).await
     }

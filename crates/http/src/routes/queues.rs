@@ -1,6 +1,9 @@
 //! Queues: counts, upcoming tasks, and the dead letters (list, retry, purge).
 
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
+use delayq_engine::EngineError;
 use serde_json::Value;
 
 use super::{queue_name, task_ref, Limit, PathParams, QueryParams};
@@ -104,4 +107,48 @@ pub(crate) async fn resume(
     queue_name(&queue)?;
     state.scheduler.resume_queue(&queue).await?;
     Ok(Json(serde_json::json!({ "queue": queue, "paused": false })))
+}
+
+/// `?force=true` of a queue deletion.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Force {
+    force: Option<bool>,
+}
+
+/// Deletes the queue and all its keys; `{"queue","deleted":true,"tasks":N}`. Without
+/// `?force=true`, a queue holding pending, in-flight or dead tasks is refused with 409 and
+/// `{"error","queue","pending","inflight","dead"}`; 404 for an unknown queue.
+pub(crate) async fn delete(
+    state: State,
+    PathParams(queue): PathParams<String>,
+    QueryParams(force): QueryParams<Force>,
+) -> Result<Response, ApiError> {
+    queue_name(&queue)?;
+    match state
+        .scheduler
+        .delete_queue(&queue, force.force.unwrap_or(false))
+        .await
+    {
+        Ok(tasks) => Ok(Json(json::queue_deleted(&queue, tasks)).into_response()),
+        Err(error) => {
+            let EngineError::QueueNotEmpty {
+                pending,
+                inflight,
+                dead,
+                ..
+            } = &error
+            else {
+                return Err(error.into());
+            };
+            let body = serde_json::json!({
+                "error": error.to_string(),
+                "queue": queue,
+                "pending": pending,
+                "inflight": inflight,
+                "dead": dead,
+            });
+            Ok((StatusCode::CONFLICT, Json(body)).into_response())
+        }
+    }
 }

@@ -287,6 +287,33 @@ impl TaskStore for MemoryStore {
         Ok(())
     }
 
+    async fn delete_queue(&self, queue: &QueueName, _partitions: u32) -> StorageResult<u64> {
+        // Every partition of the queue, whatever its index, like the Redis backend's sweep.
+        let dropped: Vec<Arc<Mutex<PartitionState>>> = {
+            let mut partitions = self.inner.partitions.write();
+            let doomed: Vec<Partition> = partitions
+                .keys()
+                .filter(|partition| &partition.queue == queue)
+                .cloned()
+                .collect();
+            doomed
+                .iter()
+                .filter_map(|partition| partitions.remove(partition))
+                .collect()
+        };
+        let now_ms = self.now_ms();
+        let removed = dropped
+            .iter()
+            .map(|state| {
+                let stats = state.lock().stats(now_ms);
+                stats.pending + stats.inflight + stats.dead
+            })
+            .sum();
+        self.inner.paused.write().remove(queue);
+        self.inner.queues.write().remove(queue);
+        Ok(removed)
+    }
+
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
         if partitions == 0 || partitions > MAX_PARTITIONS {
             return Err(StorageError::InvalidPartitionCount {

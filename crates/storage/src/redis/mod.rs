@@ -21,6 +21,9 @@
 //! <prefix>:{cluster}:queues         HASH queue -> partition count (registry.rs)
 //! ```
 //!
+//! `delete_queue` removes all of a queue's keys on every master and its registry entries
+//! (`drop_queue.rs`).
+//!
 //! Every change is one Lua script (`lua/*.lua`, each with its `KEYS`/`ARGV`/reply contract on
 //! top), called by SHA; every key it touches arrives through `KEYS`, and all of them share one
 //! slot.
@@ -82,6 +85,7 @@ mod admin;
 mod batch;
 mod connection;
 mod controls;
+mod drop_queue;
 mod error_map;
 mod keys;
 mod lease;

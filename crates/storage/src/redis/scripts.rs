@@ -49,11 +49,12 @@ pub(crate) struct Scripts {
     pub recurring_fired: Script,
     pub rate_take: Script,
     pub global_slots: Script,
+    pub drop_partition: Script,
 }
 
 impl Scripts {
     /// All of them, for preloading.
-    pub(crate) fn all(&self) -> [&Script; 18] {
+    pub(crate) fn all(&self) -> [&Script; 19] {
         [
             &self.schedule,
             &self.claim_due,
@@ -73,6 +74,7 @@ impl Scripts {
             &self.recurring_fired,
             &self.rate_take,
             &self.global_slots,
+            &self.drop_partition,
         ]
     }
 }
@@ -100,4 +102,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     recurring_fired: script(&[], include_str!("../../lua/recurring_fired.lua")),
     rate_take: script(&[], include_str!("../../lua/rate_take.lua")),
     global_slots: script(&[], include_str!("../../lua/global_slots.lua")),
+    drop_partition: script(&[], include_str!("../../lua/drop_partition.lua")),
 });

@@ -181,4 +181,8 @@ impl TaskStore for RedisStore {
             .await
             .map(|_| ())
     }
+
+    async fn delete_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u64> {
+        self.drop_queue(queue, partitions).await
+    }
 }

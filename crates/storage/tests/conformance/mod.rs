@@ -20,6 +20,7 @@ pub mod dedup;
 pub mod input;
 pub mod lease;
 pub mod queues;
+pub mod queues_delete;
 pub mod races;
 pub mod recurring;
 pub mod schedule;
@@ -32,8 +33,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use delayq_storage::{
-    AckOutcome, ClaimedTask, FailAction, FailOutcome, NewTask, Partition, QueueName, ScheduleMode,
-    ScheduleOutcome, StoreOptions, TaskId, TaskInfo, TaskStore,
+    AckOutcome, ClaimedTask, FailAction, FailOutcome, NewTask, Partition, PartitionStats,
+    QueueName, ScheduleMode, ScheduleOutcome, StoreOptions, TaskId, TaskInfo, TaskStore,
 };
 
 /// A fixed point in time (2023-11-14) around which cases place their due times.
@@ -408,6 +409,10 @@ macro_rules! conformance_suite {
                 rate_tokens_of_a_window_never_add_up_to_more_than_the_limit,
                 global_slots_are_bounded_across_holders_and_come_back_when_released,
                 global_slots_of_a_holder_whose_lease_ran_out_come_back,
+            ],
+            queues_delete: [
+                delete_queue_removes_every_task_and_the_registry_entry,
+                a_deleted_queue_starts_afresh,
             ],
             recurring: [
                 swap_creates_only_when_absent_and_replaces_only_the_expected_record,
