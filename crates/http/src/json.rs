@@ -240,8 +240,8 @@ mod tests {
             },
         );
         assert_eq!(
-            stats(&counts),
-            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9}})
+            stats(&counts, &["orders".to_owned()]),
+            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9, "paused": true}})
         );
     }
 }

@@ -10,11 +10,12 @@ use serde_json::{json, Value};
 
 use super::{queue_name, task_ref, Body, PathParams};
 use crate::error::ApiError;
+use crate::openapi::{BadRequest, NotFound, TooLarge, Unavailable};
 use crate::{json, time, State};
 
 /// A task as a body gives it: its id (bulk only), exactly one of the four forms of its due
 /// time, and an optional payload.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TaskBody {
     id: Option<String>,
@@ -61,6 +62,9 @@ impl TaskBody {
 }
 
 /// Schedules (or replaces) one task; answers as `delayq schedule`.
+#[utoipa::path(put, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "schedule_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
+    request_body(content = TaskBody, description = "Exactly one of delay_ms, due_ms, in (a duration like \"30s\") and at (RFC 3339); an optional payload; id, when given, must be the path's"),
+    responses((status = 200, description = "Scheduled: {\"queue\",\"id\",\"due_ms\",\"replaced\",\"duplicate\"} as `delayq schedule --json`", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
@@ -82,6 +86,9 @@ pub(crate) async fn schedule(
 /// Schedules many tasks of one queue: `{"scheduled","replaced","duplicates","failed"}` as
 /// `delayq schedule --from` prints, plus `"errors":[{"index","error"}]`. A bad item fails
 /// alone, reported by its index.
+#[utoipa::path(post, path = "/queues/{queue}/tasks", tag = "tasks", operation_id = "schedule_tasks", params(("queue" = String, Path, description = "The queue")),
+    request_body(content = Vec<TaskBody>, description = "At most 10,000 tasks, each with its id and one of delay_ms, due_ms, in, at"),
+    responses((status = 200, description = "{\"scheduled\",\"replaced\",\"duplicates\",\"failed\",\"errors\":[{\"index\",\"error\"}]}: a bad item fails alone", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule_many(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -138,6 +145,8 @@ pub(crate) async fn schedule_many(
 }
 
 /// The task as `delayq get` prints it; 404 when unknown.
+#[utoipa::path(get, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "get_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
+    responses((status = 200, description = "The task as `delayq get --json`: queue, id, state, due_ms, attempt, generation, payload (or payload_base64), last_error, state_since_ms", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn get(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
@@ -152,6 +161,8 @@ pub(crate) async fn get(
 }
 
 /// Cancels the task; answers as `delayq cancel`.
+#[utoipa::path(delete, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "cancel_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
+    responses((status = 200, description = "{\"cancelled\":true|false}, plus \"state\":\"inflight\" when its handler was running", body = Object), BadRequest, Unavailable))]
 pub(crate) async fn cancel(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
