@@ -50,6 +50,9 @@ fn bounded_error(error: &str) -> &str {
     &error[..end]
 }
 
+/// The holders of a queue's global slots: node -> (slots held, lease deadline ms).
+type SlotHolders = HashMap<String, (u64, u64)>;
+
 /// A clock in milliseconds since the Unix epoch.
 type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
@@ -89,7 +92,7 @@ struct Inner {
     /// Fire tokens taken per (queue, rate window start).
     rate_windows: Mutex<HashMap<(QueueName, u64), u64>>,
     /// Global slots per queue: node -> (held, lease deadline ms).
-    global_slots: Mutex<HashMap<QueueName, HashMap<String, (u64, u64)>>>,
+    global_slots: Mutex<HashMap<QueueName, SlotHolders>>,
 }
 
 impl fmt::Debug for MemoryStore {
