@@ -5,12 +5,13 @@
 //!   the node, upcoming tasks and dead letters; a look-up by id works; a task scheduled
 //!   after the page loaded appears without a reload; Retry and Purge (through the page's
 //!   confirmation) act on one dead letter; the recurring schedules are listed with their
-//!   cadence, next tick and counts, and Pause / Resume act on one (the API agrees); a
+//!   cadence, next tick and counts, and Pause / Resume act on one (the API agrees); Pause
+//!   on a queue's row shows it paused (and `delayq stats --json` agrees), Resume undoes it; a
 //!   screenshot goes to `target/dashboard.png`.
 //! - Served by `delayq serve` with a token: the page asks for the token once (again only
 //!   after a refused one), sends it as a header (no cookie), lists a node that joined after
 //!   it started, retries and purges all the dead letters of a queue, and pauses a recurring
-//!   schedule (the button sends the token too).
+//!   schedule and a queue (the buttons send the token too).
 //!
 //! Neither page may log a console error. Without Chromium both tests print one SKIPPED line
 //! (past the test harness's output capture) and pass.
@@ -205,6 +206,22 @@ async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
         "{resumed}"
     );
 
+    // Pause, then resume, a queue from its row; `delayq stats --json` agrees each time.
+    let row = "$text('#queues tr[data-queue=\"payments\"]')";
+    assert!(eval::<String>(page, row).await.contains("active"));
+    pause_queue_from_the_page(&env, page, "payments", true).await;
+    let paused: String = eval(page, row).await;
+    assert!(
+        paused.contains("paused") && paused.contains("Resume"),
+        "{paused}"
+    );
+    pause_queue_from_the_page(&env, page, "payments", false).await;
+    let resumed: String = eval(page, row).await;
+    assert!(
+        resumed.contains("active") && resumed.contains("Pause"),
+        "{resumed}"
+    );
+
     // Retry one: pending again with attempt 1, gone from the dead letters.
     click(
         page,
@@ -325,6 +342,8 @@ async fn dashboard_of_serve_asks_for_the_token_once_and_retries_and_purges_all()
     assert_stays_signed_in(page).await;
 
     pause_from_the_page(&env, page, "sweep", true).await;
+    pause_queue_from_the_page(&env, page, "mail", true).await;
+    pause_queue_from_the_page(&env, page, "mail", false).await;
 
     click(page, "#queues tr[data-queue=\"jobs\"]").await;
     wait_for(page, "three dead jobs", "$count('#dead tr[data-id]') === 3").await;
@@ -422,6 +441,29 @@ async fn pause_from_the_page(env: &Env, page: &Page, name: &str, pause: bool) {
     let schedule = env.json(&["recurring", "get", name]);
     assert_eq!(schedule["paused"], pause, "the API agrees: {schedule}");
     assert_eq!(schedule["next_ms"].is_null(), pause, "{schedule}");
+}
+
+/// Clicks Pause (`pause`) or Resume on queue `name`'s row, then waits until the row shows
+/// the new state and `delayq stats --json` agrees.
+async fn pause_queue_from_the_page(env: &Env, page: &Page, name: &str, pause: bool) {
+    let (action, state) = if pause {
+        ("pause", "true")
+    } else {
+        ("resume", "false")
+    };
+    click(
+        page,
+        &format!("#queues tr[data-queue=\"{name}\"] button[data-action=\"{action}\"]"),
+    )
+    .await;
+    wait_for(
+        page,
+        &format!("queue {name}'s row to show paused = {state}"),
+        &format!("document.querySelector('#queues tr[data-queue=\"{name}\"]').dataset.paused === '{state}'"),
+    )
+    .await;
+    let stats = env.json(&["stats", "--json"]);
+    assert_eq!(stats[name]["paused"], pause, "the CLI agrees: {stats}");
 }
 
 /// A node whose handler fails every task of `queues` with "card declined".

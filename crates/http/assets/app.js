@@ -1,4 +1,5 @@
-// The delayq dashboard: reads /v1 every 2 s and renders queues, nodes, the recurring
+// The delayq dashboard: reads /v1 every 2 s and renders queues (active or paused, with
+// pause / resume), nodes, the recurring
 // schedules (with pause / resume), the selected queue's upcoming tasks and dead letters,
 // and a look-up by id. Everything from the server goes into the page as text (never as
 // HTML). A token, when the server asks for one, is kept in this tab's sessionStorage and
@@ -226,8 +227,8 @@ function renderQueues(stats, lateness) {
   const rows = names.map((name) => {
     const counts = stats[name];
     return el("tr", {
-      class: `clickable${name === state.selected ? " selected" : ""}`,
-      dataset: { queue: name },
+      class: `clickable${name === state.selected ? " selected" : ""}${counts.paused ? " paused" : ""}`,
+      dataset: { queue: name, paused: String(Boolean(counts.paused)) },
       tabindex: 0,
       onclick: () => selectQueue(name),
       onkeydown: (event) => { if (event.key === "Enter") selectQueue(name); },
@@ -239,9 +240,14 @@ function renderQueues(stats, lateness) {
     el("td", { class: "num" }, counts.dead ? el("span", { class: "pill bad" }, count(counts.dead)) : el("span", { class: "muted" }, "0")),
     countCell(counts.done, "ok-text"),
     latenessCell(lateness[name], "p50_ms"),
-    latenessCell(lateness[name], "p99_ms"));
+    latenessCell(lateness[name], "p99_ms"),
+    el("td", { "data-cell": "state", title: counts.paused ? "paused: nothing of this queue fires until resumed" : "" },
+      counts.paused ? el("span", { class: "pill warn" }, "paused") : el("span", { class: "pill ok" }, "active")),
+    state.readOnly ? null : el("td", {}, el("div", { class: "row-actions" }, counts.paused
+      ? el("button", { type: "button", class: "action small", "data-action": "resume", onclick: (event) => pauseQueue(event, name, false) }, "Resume")
+      : el("button", { type: "button", class: "action small", "data-action": "pause", onclick: (event) => pauseQueue(event, name, true) }, "Pause"))));
   });
-  setRows("queues", rows, "No queues yet: schedule a task and it appears here.", 8);
+  setRows("queues", rows, "No queues yet: schedule a task and it appears here.", state.readOnly ? 9 : 10);
   for (const label of document.querySelectorAll("[data-selected-queue]")) {
     label.textContent = state.selected || "";
   }
@@ -401,6 +407,20 @@ async function pauseSchedule(name, pause) {
     toast(`${schedule.paused ? "paused" : "resumed"} ${name}`, "ok");
   } catch (error) {
     toast(`${verb} ${name} failed: ${error.message}`, "bad");
+  }
+  refresh();
+}
+
+// Pause or resume a queue cluster-wide (POST v1/queues/{queue}/pause|resume); the click
+// does not also select the row.
+async function pauseQueue(event, name, pause) {
+  event.stopPropagation();
+  const verb = pause ? "pause" : "resume";
+  try {
+    const result = await api("POST", `${queuePath(name)}/${verb}`);
+    toast(`${result.paused ? "paused" : "resumed"} queue ${name}`, "ok");
+  } catch (error) {
+    toast(`${verb} queue ${name} failed: ${error.message}`, "bad");
   }
   refresh();
 }

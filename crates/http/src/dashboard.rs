@@ -17,6 +17,8 @@ const STYLE: &str = include_str!("../assets/style.css");
 /// routes `/delayq`, not `/delayq/`, to a router nested at `/delayq`). It also
 /// tells the script whether changes are refused (read-only: no retry or purge buttons) and
 /// whether this process fires tasks (only then does it have a lateness to show).
+#[utoipa::path(get, path = "/", tag = "dashboard", operation_id = "dashboard",
+    responses((status = 200, description = "The dashboard page", body = String, content_type = "text/html")))]
 pub(crate) async fn index(state: State, OriginalUri(uri): OriginalUri) -> Response {
     let path = uri.path();
     let base = if path.ends_with('/') {
@@ -50,6 +52,9 @@ fn bool_text(value: bool) -> &'static str {
 }
 
 /// `GET /assets/{file}`: the script and the style sheet.
+#[utoipa::path(get, path = "/assets/{file}", tag = "dashboard", operation_id = "dashboard_asset",
+    params(("file" = String, Path, description = "app.js or style.css")),
+    responses((status = 200, description = "The script or the style sheet", body = String, content_type = "text/javascript"), crate::openapi::NotFound))]
 pub(crate) async fn asset(Path(file): Path<String>) -> Response {
     let (body, content_type) = match file.as_str() {
         "app.js" => (SCRIPT, "text/javascript; charset=utf-8"),

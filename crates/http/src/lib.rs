@@ -43,6 +43,7 @@
 //! GET    /v1/recurring                        every recurring schedule; GET|DELETE /v1/recurring/{name}
 //! POST   /v1/recurring/{name}/pause           POST /v1/recurring/{name}/resume
 //! GET    /v1/lateness                         {"<queue>":{"count","p50_ms","p99_ms"}} fired by this process
+//! GET    /v1/openapi.json                     the OpenAPI 3.1 document of every route (behind the token like all of /v1)
 //! GET    /healthz  /readyz  /metrics  /
 //! ```
 //!
@@ -58,21 +59,24 @@ mod auth;
 mod dashboard;
 mod error;
 pub mod json;
+mod openapi;
 mod prometheus;
 mod routes;
 pub mod time;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
 use axum::Router;
 use delayq_engine::config::Config;
 use delayq_engine::Scheduler;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use error::{redact_urls, ApiError, HttpError};
 pub use metrics_exporter_prometheus::PrometheusHandle;
+pub use openapi::BEARER_SCHEME;
 pub use prometheus::{
     install_prometheus, prometheus_builder, DURATION_BUCKETS, LATENESS_BUCKETS, METRIC_NAMES,
 };
@@ -129,6 +133,8 @@ pub(crate) struct AppState {
     pub(crate) scheduler: Scheduler,
     pub(crate) options: HttpOptions,
     pub(crate) gauges: prometheus::QueueGauges,
+    /// The router's OpenAPI document as JSON, set once the router is built.
+    pub(crate) openapi: OnceLock<bytes::Bytes>,
 }
 
 /// Shared state as the handlers extract it.
@@ -136,56 +142,45 @@ pub(crate) type State = axum::extract::State<Arc<AppState>>;
 
 /// The API, `/metrics`, the health checks and the dashboard for `scheduler`, ready to be
 /// served or nested under a path of a larger application.
+///
+/// Every route is registered through [`utoipa_axum::routes!`], which takes its path and
+/// methods from the handler's `#[utoipa::path]` attribute: the same list builds the router
+/// and `GET /v1/openapi.json`.
 pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
     let body_limit = options.body_limit;
     let state = Arc::new(AppState {
         scheduler,
         options,
         gauges: prometheus::QueueGauges::default(),
+        openapi: OnceLock::new(),
     });
-    let v1 = Router::new()
-        .route("/queues", get(routes::queues::stats))
-        .route("/queues/{queue}/tasks", post(routes::tasks::schedule_many))
-        .route(
-            "/queues/{queue}/tasks/{id}",
-            put(routes::tasks::schedule)
-                .get(routes::tasks::get)
-                .delete(routes::tasks::cancel),
-        )
-        .route("/queues/{queue}/pending", get(routes::queues::pending))
-        .route(
-            "/queues/{queue}",
-            axum::routing::delete(routes::queues::delete),
-        )
-        .route("/queues/{queue}/pause", post(routes::queues::pause))
-        .route("/queues/{queue}/resume", post(routes::queues::resume))
-        .route(
-            "/queues/{queue}/dead",
-            get(routes::queues::dead).delete(routes::queues::purge_all),
-        )
-        .route(
-            "/queues/{queue}/dead/retry",
-            post(routes::queues::retry_all),
-        )
-        .route(
-            "/queues/{queue}/dead/{id}",
-            axum::routing::delete(routes::queues::purge_one),
-        )
-        .route(
-            "/queues/{queue}/dead/{id}/retry",
-            post(routes::queues::retry_one),
-        )
-        .route("/nodes", get(routes::cluster::nodes))
-        .route("/recurring", get(routes::recurring::list))
-        .route(
-            "/recurring/{name}",
-            put(routes::recurring::set)
-                .get(routes::recurring::get)
-                .delete(routes::recurring::delete),
-        )
-        .route("/recurring/{name}/pause", post(routes::recurring::pause))
-        .route("/recurring/{name}/resume", post(routes::recurring::resume))
-        .route("/lateness", get(prometheus::lateness))
+    let v1 = OpenApiRouter::new()
+        .routes(routes!(routes::queues::stats))
+        .routes(routes!(routes::tasks::schedule_many))
+        .routes(routes!(
+            routes::tasks::schedule,
+            routes::tasks::get,
+            routes::tasks::cancel
+        ))
+        .routes(routes!(routes::queues::pending))
+        .routes(routes!(routes::queues::delete))
+        .routes(routes!(routes::queues::pause))
+        .routes(routes!(routes::queues::resume))
+        .routes(routes!(routes::queues::dead, routes::queues::purge_all))
+        .routes(routes!(routes::queues::retry_all))
+        .routes(routes!(routes::queues::purge_one))
+        .routes(routes!(routes::queues::retry_one))
+        .routes(routes!(routes::cluster::nodes))
+        .routes(routes!(routes::recurring::list))
+        .routes(routes!(
+            routes::recurring::set,
+            routes::recurring::get,
+            routes::recurring::delete
+        ))
+        .routes(routes!(routes::recurring::pause))
+        .routes(routes!(routes::recurring::resume))
+        .routes(routes!(prometheus::lateness))
+        .routes(routes!(openapi::document))
         .fallback(routes::not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -195,13 +190,20 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
             state.clone(),
             auth::guard,
         ));
-    Router::new()
+    let (router, document) = openapi::base_router()
         .nest("/v1", v1)
-        .route("/healthz", get(routes::cluster::healthz))
-        .route("/readyz", get(routes::cluster::readyz))
-        .route("/metrics", get(prometheus::render))
-        .route("/", get(dashboard::index))
-        .route("/assets/{file}", get(dashboard::asset))
+        .routes(routes!(routes::cluster::healthz))
+        .routes(routes!(routes::cluster::readyz))
+        .routes(routes!(prometheus::render))
+        .routes(routes!(dashboard::index))
+        .routes(routes!(dashboard::asset))
+        .split_for_parts();
+    let document = openapi::finish(document);
+    // Serialising a document of plain strings and maps cannot fail; an empty answer would
+    // show it if it ever did.
+    let json = document.to_pretty_json().unwrap_or_default();
+    let _ = state.openapi.set(bytes::Bytes::from(json));
+    router
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))

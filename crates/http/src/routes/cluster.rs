@@ -10,6 +10,7 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use crate::openapi::Unavailable;
 use crate::{json, AppState, State};
 
 /// The header every `/v1` answer carries: the cluster clock (milliseconds since the epoch)
@@ -32,17 +33,25 @@ pub(crate) async fn stamp_cluster_time(
 }
 
 /// The live nodes as `delayq nodes --json`.
+#[utoipa::path(get, path = "/nodes", tag = "cluster", operation_id = "nodes",
+    responses((status = 200, description = "The live nodes and the partitions they own, as `delayq nodes --json`", body = Vec<Object>), Unavailable))]
 pub(crate) async fn nodes(state: State) -> Result<Json<Value>, ApiError> {
     let nodes = state.scheduler.nodes().await?;
     Ok(Json(json::nodes(&nodes)))
 }
 
 /// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "cluster", operation_id = "healthz",
+    responses((status = 200, description = "{\"status\":\"ok\"}", body = Object)))]
 pub(crate) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// Redis answers and, for a node, it has joined the cluster; else 503 saying which.
+#[utoipa::path(get, path = "/readyz", tag = "cluster", operation_id = "readyz",
+    responses(
+        (status = 200, description = "{\"ready\":true,\"redis\",\"member\",\"joined\"}", body = Object),
+        (status = 503, description = "Not ready: {\"ready\":false,\"redis\",\"member\",\"joined\",\"error\"}", body = Object)))]
 pub(crate) async fn readyz(state: State) -> (StatusCode, Json<Value>) {
     let readiness = state.scheduler.readiness().await;
     let status = if readiness.is_ready() {

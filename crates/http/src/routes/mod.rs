@@ -123,9 +123,12 @@ pub(crate) fn task_ref(queue: &str, id: &str) -> Result<(), ApiError> {
 }
 
 /// `?limit=N` of the listings: 1..=1000, default 20.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct Limit {
+    /// How many records to read, 1..=1000 (default 20).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
 }
 

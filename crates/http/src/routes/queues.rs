@@ -8,9 +8,12 @@ use serde_json::Value;
 
 use super::{queue_name, task_ref, Limit, PathParams, QueryParams};
 use crate::error::ApiError;
+use crate::openapi::{BadRequest, Conflict, NotFound, Unavailable};
 use crate::{json, State};
 
 /// Per-queue counts as `delayq stats --json`.
+#[utoipa::path(get, path = "/queues", tag = "queues", operation_id = "queue_stats",
+    responses((status = 200, description = "{\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\",\"paused\"}} as `delayq stats --json`", body = Object), Unavailable))]
 pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
     let stats = state.scheduler.stats().await?;
     let paused = state.scheduler.paused_queues().await?;
@@ -18,6 +21,8 @@ pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
 }
 
 /// The next pending tasks by due time.
+#[utoipa::path(get, path = "/queues/{queue}/pending", tag = "queues", operation_id = "pending_tasks", params(("queue" = String, Path, description = "The queue"), Limit),
+    responses((status = 200, description = "The next pending tasks by due time, payloads cut to a preview", body = Vec<Object>), BadRequest, Unavailable))]
 pub(crate) async fn pending(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -29,6 +34,8 @@ pub(crate) async fn pending(
 }
 
 /// Dead letters, oldest first, with their last error.
+#[utoipa::path(get, path = "/queues/{queue}/dead", tag = "dead letters", operation_id = "dead_letters", params(("queue" = String, Path, description = "The queue"), Limit),
+    responses((status = 200, description = "Dead letters, oldest first, with their last error", body = Vec<Object>), BadRequest, Unavailable))]
 pub(crate) async fn dead(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -40,6 +47,8 @@ pub(crate) async fn dead(
 }
 
 /// Retries one dead letter (due now, attempt 1); 404 when it is not dead.
+#[utoipa::path(post, path = "/queues/{queue}/dead/{id}/retry", tag = "dead letters", operation_id = "retry_dead_letter", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The dead letter's task id")),
+    responses((status = 200, description = "{\"retried\":1}", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn retry_one(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
@@ -53,6 +62,8 @@ pub(crate) async fn retry_one(
 }
 
 /// Retries every dead letter of the queue.
+#[utoipa::path(post, path = "/queues/{queue}/dead/retry", tag = "dead letters", operation_id = "retry_all_dead_letters", params(("queue" = String, Path, description = "The queue")),
+    responses((status = 200, description = "{\"retried\":N}", body = Object), BadRequest, Unavailable))]
 pub(crate) async fn retry_all(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -63,6 +74,8 @@ pub(crate) async fn retry_all(
 }
 
 /// Deletes one dead letter; 404 when it is not dead.
+#[utoipa::path(delete, path = "/queues/{queue}/dead/{id}", tag = "dead letters", operation_id = "purge_dead_letter", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The dead letter's task id")),
+    responses((status = 200, description = "{\"purged\":1}", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn purge_one(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
@@ -76,6 +89,8 @@ pub(crate) async fn purge_one(
 }
 
 /// Deletes every dead letter of the queue.
+#[utoipa::path(delete, path = "/queues/{queue}/dead", tag = "dead letters", operation_id = "purge_all_dead_letters", params(("queue" = String, Path, description = "The queue")),
+    responses((status = 200, description = "{\"purged\":N}", body = Object), BadRequest, Unavailable))]
 pub(crate) async fn purge_all(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -90,6 +105,8 @@ fn no_dead_letter(queue: &str, id: &str) -> ApiError {
 }
 
 /// Pauses the queue cluster-wide; `{"queue","paused":true}`; 404 for an unknown queue.
+#[utoipa::path(post, path = "/queues/{queue}/pause", tag = "queues", operation_id = "pause_queue", params(("queue" = String, Path, description = "The queue")),
+    responses((status = 200, description = "{\"queue\",\"paused\":true}: within 100 ms no node claims a task of the queue", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn pause(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -100,6 +117,8 @@ pub(crate) async fn pause(
 }
 
 /// Resumes the queue; its backlog fires at once; `{"queue","paused":false}`.
+#[utoipa::path(post, path = "/queues/{queue}/resume", tag = "queues", operation_id = "resume_queue", params(("queue" = String, Path, description = "The queue")),
+    responses((status = 200, description = "{\"queue\",\"paused\":false}", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn resume(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -119,6 +138,8 @@ pub(crate) struct Force {
 /// Deletes the queue and all its keys; `{"queue","deleted":true,"tasks":N}`. Without
 /// `?force=true`, a queue holding pending, in-flight or dead tasks is refused with 409 and
 /// `{"error","queue","pending","inflight","dead"}`; 404 for an unknown queue.
+#[utoipa::path(delete, path = "/queues/{queue}", tag = "queues", operation_id = "delete_queue", params(("queue" = String, Path, description = "The queue"), ("force" = Option<bool>, Query, description = "Delete even when the queue holds tasks")),
+    responses((status = 200, description = "{\"queue\",\"deleted\":true,\"tasks\":N}: every key of the queue removed on every master", body = Object), BadRequest, NotFound, Conflict, Unavailable))]
 pub(crate) async fn delete(
     state: State,
     PathParams(queue): PathParams<String>,

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::{Body, PathParams};
 use crate::error::ApiError;
+use crate::openapi::{BadRequest, NotFound, TooLarge, Unavailable};
 use crate::{json, State};
 
 /// Checks a schedule name from the path (400 naming it when invalid).
@@ -47,6 +48,48 @@ const TEXT_FIELDS: [&str; 11] = [
 ];
 const NUMERIC: [&str; 3] = ["max_catchup", "start_at", "end_at"];
 
+/// The body of `PUT /v1/recurring/{name}` as the OpenAPI document shows it: the fields of
+/// [`RawSpec`] (which lives in the engine, without a schema), checked against
+/// [`TEXT_FIELDS`] by a test so the two cannot drift apart.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Only its schema is used; the body is read as a `RawSpec`.
+pub(crate) struct RecurringBody {
+    /// The queue the ticks go to (required).
+    queue: String,
+    /// A cron expression (exactly one of `cron` and `every`).
+    cron: Option<String>,
+    /// The IANA zone of `cron` (default `UTC`; refused with `every`).
+    tz: Option<String>,
+    /// A duration of at least 1 s, like `"5m"` (exactly one of `cron` and `every`).
+    every: Option<String>,
+    /// The payload of every tick.
+    payload: Option<String>,
+    /// `skip`, `once` (default) or `all`.
+    misfire: Option<String>,
+    /// A duration (default `1m`).
+    misfire_grace: Option<String>,
+    /// 1..=10000 (default 100), a number or a string.
+    max_catchup: Option<TextOrNumber>,
+    /// `allow` (default) or `skip`.
+    overlap: Option<String>,
+    /// RFC 3339 with any offset, or epoch milliseconds.
+    start_at: Option<TextOrNumber>,
+    /// RFC 3339 with any offset, or epoch milliseconds; after `start_at`.
+    end_at: Option<TextOrNumber>,
+}
+
+/// A field given as a string or as a non-negative integer.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(crate) enum TextOrNumber {
+    /// As text.
+    Text(String),
+    /// As a non-negative integer.
+    Number(u64),
+}
+
 /// The body as a [`RawSpec`]. A field of the wrong type is refused naming the field and the
 /// value (serde alone would only say "invalid type"), an unknown field naming it.
 fn raw_spec(body: Value) -> Result<RawSpec, ApiError> {
@@ -77,6 +120,9 @@ fn raw_spec(body: Value) -> Result<RawSpec, ApiError> {
 
 /// Creates or updates the schedule; answers as `delayq recurring set`:
 /// `{"name","queue","next_ms","result":"created|updated|unchanged"}`.
+#[utoipa::path(put, path = "/recurring/{name}", tag = "recurring", operation_id = "set_recurring", params(("name" = String, Path, description = "The schedule's name")),
+    request_body(content = RecurringBody, description = "The spec, as the flags of `delayq recurring set`"),
+    responses((status = 200, description = "{\"name\",\"queue\",\"next_ms\",\"result\":\"created|updated|unchanged\"}", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn set(
     state: State,
     PathParams(name): PathParams<String>,
@@ -91,6 +137,8 @@ pub(crate) async fn set(
 }
 
 /// Every schedule, sorted by name, as `delayq recurring list --json`.
+#[utoipa::path(get, path = "/recurring", tag = "recurring", operation_id = "list_recurring",
+    responses((status = 200, description = "Every schedule, sorted by name, as `delayq recurring list --json`", body = Vec<Object>), Unavailable))]
 pub(crate) async fn list(state: State) -> Result<Json<Value>, ApiError> {
     let schedules = state.scheduler.list_recurring().await?;
     Ok(Json(Value::Array(
@@ -99,6 +147,8 @@ pub(crate) async fn list(state: State) -> Result<Json<Value>, ApiError> {
 }
 
 /// One schedule, or 404.
+#[utoipa::path(get, path = "/recurring/{name}", tag = "recurring", operation_id = "get_recurring", params(("name" = String, Path, description = "The schedule's name")),
+    responses((status = 200, description = "The schedule as `delayq recurring get --json`", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn get(
     state: State,
     PathParams(name): PathParams<String>,
@@ -109,6 +159,8 @@ pub(crate) async fn get(
 }
 
 /// Deletes the schedule and cancels its pending tick: `{"name","deleted":true}`, or 404.
+#[utoipa::path(delete, path = "/recurring/{name}", tag = "recurring", operation_id = "delete_recurring", params(("name" = String, Path, description = "The schedule's name")),
+    responses((status = 200, description = "{\"name\",\"deleted\":true}", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn delete(
     state: State,
     PathParams(name): PathParams<String>,
@@ -122,6 +174,8 @@ pub(crate) async fn delete(
 }
 
 /// Pauses the schedule; answers with it (`"paused": true`), or 404.
+#[utoipa::path(post, path = "/recurring/{name}/pause", tag = "recurring", operation_id = "pause_recurring", params(("name" = String, Path, description = "The schedule's name")),
+    responses((status = 200, description = "The schedule, \"paused\": true", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn pause(
     state: State,
     PathParams(name): PathParams<String>,
@@ -132,6 +186,8 @@ pub(crate) async fn pause(
 }
 
 /// Resumes the schedule with its first tick after now; answers with it, or 404.
+#[utoipa::path(post, path = "/recurring/{name}/resume", tag = "recurring", operation_id = "resume_recurring", params(("name" = String, Path, description = "The schedule's name")),
+    responses((status = 200, description = "The schedule, \"paused\": false", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn resume(
     state: State,
     PathParams(name): PathParams<String>,
@@ -139,4 +195,33 @@ pub(crate) async fn resume(
     schedule_name(&name)?;
     let schedule = state.scheduler.resume_recurring(&name).await?;
     found(&name, schedule)
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::openapi::schema::Schema;
+    use utoipa::openapi::RefOr;
+    use utoipa::PartialSchema;
+
+    use super::*;
+
+    #[test]
+    fn the_documented_recurring_body_has_the_fields_of_the_spec() {
+        let RefOr::T(Schema::Object(object)) = RecurringBody::schema() else {
+            panic!("RecurringBody is an object schema");
+        };
+        let mut documented: Vec<&str> = object.properties.keys().map(String::as_str).collect();
+        let mut spec = TEXT_FIELDS.to_vec();
+        documented.sort_unstable();
+        spec.sort_unstable();
+        assert_eq!(documented, spec);
+        for field in TEXT_FIELDS {
+            let body = json!({ field: "x" });
+            let refused = raw_spec(body).err().map(|error| error.message);
+            assert!(
+                !refused.unwrap_or_default().contains("unknown field"),
+                "{field} is a field of RawSpec"
+            );
+        }
+    }
 }

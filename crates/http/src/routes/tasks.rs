@@ -10,12 +10,13 @@ use serde_json::{json, Value};
 
 use super::{queue_name, task_ref, Body, PathParams};
 use crate::error::ApiError;
+use crate::openapi::{BadRequest, NotFound, TooLarge, Unavailable};
 use crate::{json, time, State};
 
 /// A task as a body gives it: its id (bulk only), exactly one of the four forms of its due
 /// time, an optional payload and an optional mode (`replace`, the default, `if_absent`,
 /// `earlier`, `later`).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TaskBody {
     id: Option<String>,
@@ -72,6 +73,9 @@ impl TaskBody {
 }
 
 /// Schedules one task in its mode (replace by default); answers as `delayq schedule`.
+#[utoipa::path(put, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "schedule_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
+    request_body(content = TaskBody, description = "Exactly one of delay_ms, due_ms, in (a duration like \"30s\") and at (RFC 3339); an optional payload and mode (replace, if_absent, earlier, later); id, when given, must be the path's"),
+    responses((status = 200, description = "Scheduled: {\"queue\",\"id\",\"due_ms\",\"replaced\",\"duplicate\",\"kept\"} as `delayq schedule --json`", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
@@ -98,6 +102,9 @@ pub(crate) async fn schedule(
 /// `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
 /// prints, plus `"errors":[{"index","error"}]`. A bad item (a bad mode too) fails alone,
 /// reported by its index.
+#[utoipa::path(post, path = "/queues/{queue}/tasks", tag = "tasks", operation_id = "schedule_tasks", params(("queue" = String, Path, description = "The queue")),
+    request_body(content = Vec<TaskBody>, description = "At most 10,000 tasks, each with its id, one of delay_ms, due_ms, in, at, and an optional mode"),
+    responses((status = 200, description = "{\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\",\"errors\":[{\"index\",\"error\"}]}: a bad item fails alone", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule_many(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -157,6 +164,8 @@ pub(crate) async fn schedule_many(
 }
 
 /// The task as `delayq get` prints it; 404 when unknown.
+#[utoipa::path(get, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "get_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
+    responses((status = 200, description = "The task as `delayq get --json`: queue, id, state, due_ms, attempt, generation, payload (or payload_base64), last_error, state_since_ms", body = Object), BadRequest, NotFound, Unavailable))]
 pub(crate) async fn get(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
@@ -171,6 +180,8 @@ pub(crate) async fn get(
 }
 
 /// Cancels the task; answers as `delayq cancel`.
+#[utoipa::path(delete, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "cancel_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
+    responses((status = 200, description = "{\"cancelled\":true|false}, plus \"state\":\"inflight\" when its handler was running", body = Object), BadRequest, Unavailable))]
 pub(crate) async fn cancel(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
