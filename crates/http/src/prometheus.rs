@@ -166,10 +166,9 @@ pub(crate) struct QueueGauges {
 }
 
 impl QueueGauges {
-    /// Sets `delayq_queue_tasks` and `delayq_cluster_members`, reading the store only when
+    /// Sets `delayq_queue_tasks` and `delayq_queue_paused`, reading the store only when
     /// the last read is older than `ttl`.
     async fn refresh(&self, scheduler: &Scheduler, ttl: Duration) {
-        metrics::gauge!("delayq_cluster_members").set(scheduler.membership().members.len() as f64);
         let mut refreshed = self.refreshed.lock().await;
         if refreshed.is_some_and(|at| at.elapsed() < ttl) {
             return;
@@ -232,6 +231,10 @@ pub(crate) async fn render(state: State) -> Response {
         .gauges
         .refresh(&state.scheduler, state.options.queue_stats_ttl)
         .await;
+    // Set last, just before the text is rendered: the store reads above take time, and a
+    // process that serves several routers (tests) shares one recorder.
+    metrics::gauge!("delayq_cluster_members")
+        .set(state.scheduler.membership().members.len() as f64);
     handle.run_upkeep();
     (
         [(
