@@ -86,6 +86,11 @@ local function schedule_existing(id, due, payload, raw)
       -- In flight for this very due: a resend of the fire that is running (guarantee 6).
       return 'D'
     end
+    if retention > 0 and sched_of(rec) == due and (dead or (pending and rec.attempt > 1)) then
+      -- Waiting for a retry, or dead, for this very due: that fire happened; a resend must
+      -- not reset the attempts, the backoff or the generation (guarantee 6).
+      return 'D'
+    end
     if pending then
       -- earlier / later: the live due wins unless the new one is strictly earlier / later.
       local live_due, new_due = tonumber(pending), tonumber(due)

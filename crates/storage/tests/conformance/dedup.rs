@@ -303,3 +303,63 @@ pub async fn with_zero_retention_a_resend_while_inflight_replaces(make: Make) {
         "dedup is off"
     );
 }
+
+pub async fn same_id_and_due_while_waiting_for_a_retry_is_duplicate_and_changes_nothing(
+    make: Make,
+) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let first = claim_one(&store, &p, T0).await;
+    retry_at(&store, &first, "boom", T0 + 5_000).await;
+    let before = get(&store, &p, "a").await;
+    assert_eq!((before.state, before.attempt), (TaskState::Pending, 2));
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate,
+        "a resend of the due that fired while its retry waits"
+    );
+    let after = get(&store, &p, "a").await;
+    assert_eq!(
+        (after.attempt, after.generation, after.due_ms),
+        (2, before.generation, T0 + 5_000),
+        "no reset of the attempts, the generation or the backoff"
+    );
+    assert!(
+        claim_all(&store, &p, T0 + 4_999).await.is_empty(),
+        "it does not fire before its retry time"
+    );
+    // Another due re-arms it as a new schedule.
+    assert!(schedule(&store, &p, "a", T0 + 1).await.replaced());
+    assert_eq!(get(&store, &p, "a").await.attempt, 1);
+}
+
+pub async fn same_id_and_due_once_dead_is_duplicate_and_the_dead_letter_stays(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule_dead(&store, &p, "a", T0, "gave up").await;
+    let before = get(&store, &p, "a").await;
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate
+    );
+    let after = get(&store, &p, "a").await;
+    assert_eq!(after.state, TaskState::Dead);
+    assert_eq!(after.generation, before.generation);
+    assert_eq!(store.stats(&p, T0).await.expect("stats").dead, 1);
+    assert!(claim_all(&store, &p, MAX_DUE_MS).await.is_empty());
+}
+
+pub async fn with_zero_retention_a_resend_while_waiting_for_a_retry_replaces(make: Make) {
+    let options = StoreOptions {
+        executed_retention_ms: 0,
+        ..StoreOptions::default()
+    };
+    let (store, p) = setup_with(make, options).await;
+    schedule(&store, &p, "a", T0).await;
+    let first = claim_one(&store, &p, T0).await;
+    retry_at(&store, &first, "boom", T0 + 5_000).await;
+    assert!(
+        schedule(&store, &p, "a", T0).await.replaced(),
+        "dedup is off with no retention"
+    );
+    assert_eq!(get(&store, &p, "a").await.attempt, 1);
+}

@@ -185,6 +185,19 @@ impl PartitionState {
             {
                 return ScheduleOutcome::Duplicate
             }
+            // Waiting for a retry, or dead, for this very due: that fire happened, and a
+            // resend must not reset the attempts, the backoff or the generation.
+            Some(existing)
+                if retention_ms > 0
+                    && existing.scheduled_due_ms == task.due_ms
+                    && match existing.place {
+                        Place::Dead { .. } => true,
+                        Place::Pending { .. } => existing.attempt > 1,
+                        Place::Inflight { .. } => false,
+                    } =>
+            {
+                return ScheduleOutcome::Duplicate
+            }
             // Earlier / later: the live due wins unless the new one beats it (see
             // ScheduleMode); a dead letter is replaced in every mode but if-absent.
             Some(existing)
