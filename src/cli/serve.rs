@@ -99,13 +99,15 @@ impl HttpServer {
         }
         let read_only = options.read_only;
         let token = options.token.is_some();
-        let app = delayq_http::router(scheduler.clone(), options);
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|error| CliError::Runtime(format!("cannot listen on {addr}: {error}")))?;
         let bound = listener
             .local_addr()
             .map_err(|error| CliError::Runtime(format!("cannot listen on {addr}: {error}")))?;
+        // A request's Host must name this address, loopback or http.allowed_hosts.
+        options.listen = Some(bound);
+        let app = delayq_http::router(scheduler.clone(), options);
         let stop = CancellationToken::new();
         let shutdown = stop.clone();
         let task = tokio::spawn(async move {

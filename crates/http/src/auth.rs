@@ -20,13 +20,12 @@ pub(crate) async fn guard(
     next: Next,
 ) -> Response {
     if let Some(token) = &state.options.token {
-        let given = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(bearer_token);
-        let Some(given) = given else {
+        let Some(header) = request.headers().get(header::AUTHORIZATION) else {
             return unauthorized("missing token: send Authorization: Bearer <token>");
+        };
+        // A header that is not visible ASCII cannot carry the token: a wrong one.
+        let Some(given) = header.to_str().ok().and_then(bearer_token) else {
+            return unauthorized("wrong token");
         };
         if !token_matches(given.as_bytes(), token.as_bytes()) {
             return unauthorized("wrong token");
@@ -118,5 +117,123 @@ mod tests {
         assert_eq!(bearer_token("Basic abc"), None);
         assert_eq!(bearer_token("Bearer "), None);
         assert_eq!(bearer_token("abc"), None);
+    }
+}
+
+/// 421 for a request whose `Host` names neither the listen address, a loopback name or
+/// address, nor one of `http.allowed_hosts` (DNS rebinding: a web page whose name now points
+/// at 127.0.0.1 makes the browser send `Host: evil.example`). Every answer also carries
+/// `X-Frame-Options: DENY` and `Content-Security-Policy: frame-ancestors 'none'`, so no page
+/// can frame the dashboard.
+pub(crate) async fn host_guard(
+    axum::extract::State(state): axum::extract::State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned());
+    let mut response = match host {
+        Some(host) if !host_allowed(&host, &state.options) => ApiError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!(
+                "Host {host:?} is not this server's: use its listen address or a loopback name, or list the name in http.allowed_hosts"
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    };
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_FRAME_OPTIONS,
+        header::HeaderValue::from_static("DENY"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        header::HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    response
+}
+
+/// Whether `host` (a `Host` header: a name or an IP literal, with or without a port) may
+/// reach this server.
+pub(crate) fn host_allowed(host: &str, options: &crate::HttpOptions) -> bool {
+    let host = host.trim();
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        rest.split(']').next().unwrap_or_default()
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|byte| byte.is_ascii_digit()) => name,
+            _ => host,
+        }
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    if let Ok(ip) = name.parse::<std::net::IpAddr>() {
+        // An IP literal cannot be rebound; it must be loopback or the address listened on
+        // (any address when listening on all of them, or when the router is mounted).
+        return ip.is_loopback()
+            || match options.listen {
+                Some(listen) if !listen.ip().is_unspecified() => ip == listen.ip(),
+                _ => true,
+            };
+    }
+    options.allowed_hosts.iter().any(|allowed| {
+        allowed
+            .trim()
+            .trim_end_matches('.')
+            .eq_ignore_ascii_case(&name)
+    })
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+
+    fn options(listen: Option<&str>, allowed: &[&str]) -> crate::HttpOptions {
+        crate::HttpOptions {
+            token: None,
+            read_only: false,
+            body_limit: 0,
+            metrics: None,
+            queue_stats_ttl: std::time::Duration::ZERO,
+            listen: listen.map(|addr| addr.parse().expect("an address")),
+            allowed_hosts: allowed.iter().map(|name| (*name).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn loopback_the_listen_address_and_allowed_names_pass_anything_else_does_not() {
+        let local = options(Some("127.0.0.1:7070"), &["delayq.internal"]);
+        for host in [
+            "127.0.0.1:7070",
+            "localhost:7070",
+            "LOCALHOST",
+            "app.localhost:80",
+            "[::1]:7070",
+            "127.0.0.2",
+            "delayq.internal:7070",
+            "Delayq.Internal.",
+        ] {
+            assert!(host_allowed(host, &local), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:7070",
+            "10.0.0.5:7070",
+            "delayq.internal.evil",
+        ] {
+            assert!(!host_allowed(host, &local), "{host}");
+        }
+        let everywhere = options(Some("0.0.0.0:7070"), &[]);
+        assert!(host_allowed("10.0.0.5:7070", &everywhere));
+        assert!(!host_allowed("evil.example", &everywhere));
+        let specific = options(Some("10.0.0.5:7070"), &[]);
+        assert!(host_allowed("10.0.0.5:7070", &specific));
+        assert!(!host_allowed("10.0.0.6:7070", &specific));
     }
 }

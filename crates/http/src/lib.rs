@@ -100,6 +100,12 @@ pub struct HttpOptions {
     /// How long the queue counts behind `delayq_queue_tasks` are reused between scrapes, so
     /// scrapes never cost one Redis scan each.
     pub queue_stats_ttl: Duration,
+    /// The address the server listens on, when known (`delayq serve`, `delayq node
+    /// --listen`): a request may name it in `Host`. `None` (a router mounted in another
+    /// application) accepts any IP literal.
+    pub listen: Option<std::net::SocketAddr>,
+    /// Host names accepted besides the listen address and loopback (`http.allowed_hosts`).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -110,6 +116,8 @@ impl std::fmt::Debug for HttpOptions {
             .field("body_limit", &self.body_limit)
             .field("metrics", &self.metrics.is_some())
             .field("queue_stats_ttl", &self.queue_stats_ttl)
+            .field("listen", &self.listen)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
@@ -119,7 +127,15 @@ impl HttpOptions {
     /// no metrics handle yet.
     pub fn from_config(config: &Config) -> Self {
         HttpOptions {
-            token: config.http.token.clone(),
+            // A token from a file or the environment (a Kubernetes secret written with
+            // `echo`) often ends in a newline: surrounding whitespace is never part of it.
+            token: config
+                .http
+                .token
+                .as_deref()
+                .map(|token| token.trim().to_owned()),
+            listen: None,
+            allowed_hosts: config.http.allowed_hosts.clone(),
             read_only: config.http.read_only,
             body_limit: config.engine.max_payload.saturating_add(BODY_SLACK),
             metrics: None,
@@ -207,5 +223,9 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::host_guard,
+        ))
         .with_state(state)
 }

@@ -18,6 +18,10 @@ pub struct HttpConfig {
     pub token: Option<String>,
     /// Refuse every change (schedule, cancel, retry, purge) with 403.
     pub read_only: bool,
+    /// Host names accepted in a request's `Host` besides the listen address and loopback
+    /// (`delayq.internal`); any other name is refused with 421, so DNS rebinding cannot turn
+    /// a web page into a client of a local delayq.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl fmt::Debug for HttpConfig {
@@ -26,6 +30,7 @@ impl fmt::Debug for HttpConfig {
             .field("listen", &self.listen)
             .field("token", &self.token.as_ref().map(|_| "<hidden>"))
             .field("read_only", &self.read_only)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }

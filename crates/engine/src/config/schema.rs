@@ -26,7 +26,7 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "recurring",
 ];
 /// The keys of `http:`.
-pub(crate) const HTTP_KEYS: &[&str] = &["listen", "token", "read_only"];
+pub(crate) const HTTP_KEYS: &[&str] = &["listen", "token", "read_only", "allowed_hosts"];
 /// The keys of `redis:`.
 pub(crate) const REDIS_KEYS: &[&str] = &[
     "url",
@@ -298,6 +298,7 @@ impl Walk<'_> {
                     Value::Bool(flag) => http.read_only = flag,
                     _ => return Err(invalid(&path, value, "expected true or false")),
                 },
+                "allowed_hosts" => http.allowed_hosts = strings(&path, value)?,
                 _ => return Err(self.unknown(path, key)),
             }
         }
