@@ -62,20 +62,8 @@ pub(crate) const QUEUE_KEYS: &[&str] = &[
     "rate_limit",
     "global_concurrency",
 ];
-/// The keys of each entry of `recurring:`.
-pub(crate) const RECURRING_KEYS: &[&str] = &[
-    "queue",
-    "cron",
-    "tz",
-    "every",
-    "payload",
-    "misfire",
-    "misfire_grace",
-    "max_catchup",
-    "overlap",
-    "start_at",
-    "end_at",
-];
+/// The keys of each entry of `recurring:`: the fields of a spec.
+pub(crate) const RECURRING_KEYS: &[&str] = &RawSpec::FIELDS;
 /// The keys of a queue's `backoff:`.
 pub(crate) const BACKOFF_KEYS: &[&str] = &["initial", "max"];
 
@@ -394,19 +382,9 @@ impl Walk<'_> {
                     return Err(self.unknown(key_path, key));
                 };
                 lines.insert(field, value.line);
-                let text = Some(string(&key_path, value)?);
-                match field {
-                    "queue" => raw.queue = text,
-                    "cron" => raw.cron = text,
-                    "tz" => raw.tz = text,
-                    "every" => raw.every = text,
-                    "payload" => raw.payload = text,
-                    "misfire" => raw.misfire = text,
-                    "misfire_grace" => raw.misfire_grace = text,
-                    "max_catchup" => raw.max_catchup = text,
-                    "overlap" => raw.overlap = text,
-                    "start_at" => raw.start_at = text,
-                    _ => raw.end_at = text,
+                let text = string(&key_path, value)?;
+                if let Some(slot) = raw.field_mut(field) {
+                    *slot = Some(text);
                 }
             }
             let spec = raw.validate().map_err(|error| ConfigError::InvalidValue {

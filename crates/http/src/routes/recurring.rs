@@ -31,21 +31,9 @@ fn found(name: &str, schedule: Option<RecurringSchedule>) -> Result<Json<Value>,
         .ok_or_else(|| no_schedule(name))
 }
 
-/// The fields of a spec's body that are text; the `NUMERIC` ones may also be non-negative
+/// The fields of a spec's body, all text; the `NUMERIC` ones may also be non-negative
 /// integers.
-const TEXT_FIELDS: [&str; 11] = [
-    "queue",
-    "cron",
-    "tz",
-    "every",
-    "payload",
-    "misfire",
-    "misfire_grace",
-    "max_catchup",
-    "overlap",
-    "start_at",
-    "end_at",
-];
+const TEXT_FIELDS: [&str; 11] = RawSpec::FIELDS;
 const NUMERIC: [&str; 3] = ["max_catchup", "start_at", "end_at"];
 
 /// The body of `PUT /v1/recurring/{name}` as the OpenAPI document shows it: the fields of

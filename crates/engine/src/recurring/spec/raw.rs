@@ -53,6 +53,40 @@ pub struct RawSpec {
 }
 
 impl RawSpec {
+    /// The names of the fields, as `cluster.yaml`, the HTTP body and the CLI flags spell them
+    /// (the flags with `-` for `_`).
+    pub const FIELDS: [&'static str; 11] = [
+        "queue",
+        "cron",
+        "tz",
+        "every",
+        "payload",
+        "misfire",
+        "misfire_grace",
+        "max_catchup",
+        "overlap",
+        "start_at",
+        "end_at",
+    ];
+
+    /// The field named `name` (one of [`RawSpec::FIELDS`]), to fill in; `None` for another name.
+    pub fn field_mut(&mut self, name: &str) -> Option<&mut Option<String>> {
+        Some(match name {
+            "queue" => &mut self.queue,
+            "cron" => &mut self.cron,
+            "tz" => &mut self.tz,
+            "every" => &mut self.every,
+            "payload" => &mut self.payload,
+            "misfire" => &mut self.misfire,
+            "misfire_grace" => &mut self.misfire_grace,
+            "max_catchup" => &mut self.max_catchup,
+            "overlap" => &mut self.overlap,
+            "start_at" => &mut self.start_at,
+            "end_at" => &mut self.end_at,
+            _ => return None,
+        })
+    }
+
     /// Checks every field and builds the spec.
     ///
     /// # Errors
