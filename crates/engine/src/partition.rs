@@ -134,11 +134,11 @@ impl Serving {
                 return;
             };
             let mut wanted = permits.num_permits();
-            let queue_name = self.queue.name.clone();
+            let queue_name = &self.queue.name;
             // The cluster-wide limits: a slot of `global_concurrency` per task, a token of
             // `rate_limit` per task. Without one, the tasks wait (pending, in due order).
             let global = match &self.queue.limits.global {
-                Some(global) => match global.acquire(&runtime, &queue_name, wanted).await {
+                Some(global) => match global.acquire(&runtime, queue_name, wanted).await {
                     Ok(granted) => {
                         wanted = granted.num_permits();
                         Some(granted)
@@ -151,7 +151,7 @@ impl Serving {
                 None => None,
             };
             let tokens = match &self.queue.limits.rate {
-                Some(rate) => match rate.take(&runtime, &queue_name, wanted as u64).await {
+                Some(rate) => match rate.take(&runtime, queue_name, wanted as u64).await {
                     Ok(tokens) => {
                         wanted = tokens.count as usize;
                         Some(tokens)
