@@ -38,25 +38,11 @@ fn assert_each_fired_once_on_time(fires: &FireLog, queue: &str, count: usize) {
     eprintln!("{}", lateness_summary(&fires));
 }
 
-fn start_nodes(env: &Env, count: usize, fires: &FireLog) -> Vec<NodeProcess> {
-    let nodes: Vec<NodeProcess> = (0..count)
-        .map(|index| {
-            NodeProcess::spawn_into(
-                &format!("node-{index}"),
-                env.command(&["node"]),
-                fires.clone(),
-            )
-        })
-        .collect();
-    env.wait_for_members(count);
-    nodes
-}
-
 #[test]
 fn three_nodes_fire_every_task_exactly_once_and_never_early() {
     let env = Env::start(QUEUES);
     let fires = FireLog::default();
-    let nodes = start_nodes(&env, 3, &fires);
+    let nodes = env.start_nodes(3, &fires);
     let count = 3000;
     load_tasks(&env, "e2e", &task_lines(count, 300..3000, 7), count as u64);
 
@@ -81,7 +67,7 @@ fn three_nodes_fire_every_task_exactly_once_and_never_early() {
 fn sigterm_under_load_loses_and_doubles_nothing_and_exits_zero_within_the_grace() {
     let env = Env::start(QUEUES);
     let fires = FireLog::default();
-    let mut nodes = start_nodes(&env, 3, &fires);
+    let mut nodes = env.start_nodes(3, &fires);
     let count = 3000;
     load_tasks(&env, "e2e", &task_lines(count, 300..6000, 11), count as u64);
 

@@ -15,16 +15,7 @@ use common::{now_ms, wait_until, Env, FireLog, NodeProcess};
 fn a_paused_queue_fires_nothing_on_any_node_and_resume_fires_its_backlog_at_once() {
     let env = Env::start("queue_defaults:\n  partitions: 8\n");
     let fires = FireLog::default();
-    let mut nodes: Vec<NodeProcess> = (0..3)
-        .map(|index| {
-            NodeProcess::spawn_into(
-                &format!("node-{index}"),
-                env.command(&["node"]),
-                fires.clone(),
-            )
-        })
-        .collect();
-    env.wait_for_members(3);
+    let mut nodes = env.start_nodes(3, &fires);
     env.json(&["schedule", "orders", "warm-up", "--in", "0s"]);
     wait_until(
         Duration::from_secs(20),
@@ -86,16 +77,7 @@ fn a_paused_queue_fires_nothing_on_any_node_and_resume_fires_its_backlog_at_once
 fn a_rate_limit_of_200_per_second_holds_across_three_nodes_with_1000_due_at_once() {
     let env = Env::start("queues:\n  metered:\n    partitions: 16\n    rate_limit: 200/s\n");
     let fires = FireLog::default();
-    let _nodes: Vec<NodeProcess> = (0..3)
-        .map(|index| {
-            NodeProcess::spawn_into(
-                &format!("node-{index}"),
-                env.command(&["node"]),
-                fires.clone(),
-            )
-        })
-        .collect();
-    env.wait_for_members(3);
+    let _nodes = env.start_nodes(3, &fires);
     let due = now_ms() + 1_000;
     let lines: String = (0..1000)
         .map(|index| format!("{{\"id\":\"m{index}\",\"due_ms\":{due}}}\n"))

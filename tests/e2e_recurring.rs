@@ -93,16 +93,7 @@ fn every_second_ticks_fire_once_through_a_kill_and_a_new_node() {
     assert_eq!(set["name"], "sweep");
     assert_eq!(set["queue"], "ticks");
     let fires = FireLog::default();
-    let mut nodes: Vec<NodeProcess> = (0..3)
-        .map(|index| {
-            NodeProcess::spawn_into(
-                &format!("node-{index}"),
-                env.command(&["node"]),
-                fires.clone(),
-            )
-        })
-        .collect();
-    env.wait_for_members(3);
+    let mut nodes = env.start_nodes(3, &fires);
     wait_until(
         Duration::from_secs(20),
         "three ticks fired",
@@ -147,16 +138,7 @@ fn replicas_declaring_it_in_their_config_fire_each_tick_once_through_two_rolling
         "{TICKS}recurring:\n  declared:\n    queue: ticks\n    every: 1s\n    payload: '{{\"kind\":\"sweep\"}}'\n"
     ));
     let fires = FireLog::default();
-    let mut nodes: Vec<NodeProcess> = (0..3)
-        .map(|index| {
-            NodeProcess::spawn_into(
-                &format!("node-{index}"),
-                env.command(&["node"]),
-                fires.clone(),
-            )
-        })
-        .collect();
-    env.wait_for_members(3);
+    let mut nodes = env.start_nodes(3, &fires);
     let created = env.json(&["recurring", "get", "declared"]);
     wait_until(
         Duration::from_secs(20),

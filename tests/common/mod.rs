@@ -102,6 +102,22 @@ impl Env {
         NodeProcess::spawn(label, command)
     }
 
+    /// Starts `count` `delayq node` processes (`node-0`, ...) whose fires go to `fires`, and
+    /// waits until all of them are members.
+    pub fn start_nodes(&self, count: usize, fires: &FireLog) -> Vec<NodeProcess> {
+        let nodes: Vec<NodeProcess> = (0..count)
+            .map(|index| {
+                NodeProcess::spawn_into(
+                    &format!("node-{index}"),
+                    self.command(&["node"]),
+                    fires.clone(),
+                )
+            })
+            .collect();
+        self.wait_for_members(count);
+        nodes
+    }
+
     /// Waits until `delayq nodes --json` lists `count` live nodes.
     pub fn wait_for_members(&self, count: usize) {
         let deadline = Instant::now() + Duration::from_secs(30);
