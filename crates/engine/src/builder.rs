@@ -217,7 +217,7 @@ impl SchedulerBuilder {
             next_run: AtomicU64::new(0),
             executions: TaskTracker::new(),
             partition_tasks: TaskTracker::new(),
-            rebalancing: tokio::sync::Mutex::new(()),
+            rebalancing: tokio::sync::Mutex::new(None),
             killed: std::sync::atomic::AtomicBool::new(false),
             stop: CancellationToken::new(),
             recurring_changed: tokio::sync::Notify::new(),
@@ -245,7 +245,7 @@ impl SchedulerBuilder {
             scheduler.loops().spawn(run_timer(runtime.clone()));
             scheduler
                 .loops()
-                .spawn(crate::maintenance::run_maintenance(runtime.clone()));
+                .spawn(crate::gauges::run_node_gauges(runtime.clone()));
             if let Some(wakeups) = runtime.coordinator.take_wakeups() {
                 scheduler
                     .loops()

@@ -1,35 +1,71 @@
-//! One owned partition: its periodic pull (prefetch, lease takeover, pruning) and its claims.
+//! One owned partition: its looks (prefetch, lease sweep, pruning, in one store call) and
+//! its claims.
+//!
+//! # How often a partition is looked at
+//! A partition with something due within `prefetch_window` or something in flight is *busy*:
+//! its owner looks at it every `pull_period` (the safety net behind the wake-ups and the
+//! timer). Once [`LOOKS_BEFORE_IDLE`] looks in a row found nothing due within the window and
+//! nothing in flight, it is *idle*: the next look comes after `idle_pull_period` (plus up to
+//! half of it at random, so that thousands of idle partitions do not look in step), but never
+//! later than its next pending due minus `prefetch_window` (each look learns that due). It is
+//! busy again at once when it has work: a wake-up or the owner's own schedule
+//! ([`PartitionWorker::wake`], [`PartitionWorker::expect`]), a timer entry, a look that finds
+//! something. So an idle cluster costs Redis one call per partition per idle period.
+//!
+//! Bounds that follow: a task scheduled by another node into an idle partition is announced
+//! by a wake-up (producers announce every task due within `idle_pull_period` +
+//! `prefetch_window`; see `Scheduler::announce`); should that wake-up be lost (pub/sub is
+//! best effort: a reconnect, a full mailbox), the next idle look finds it, at most 1.5 ×
+//! `idle_pull_period` later. A dead node's in-flight tasks make their partition busy (its
+//! looks sweep expired leases every `pull_period`), so they come back within `lease` +
+//! `pull_period`. A task scheduled long ago is prefetched in time because an idle look is
+//! never planned later than its due minus the window.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_storage::{ClaimBatch, Partition};
+use delayq_storage::{ClaimBatch, LookRequest, Partition};
 use rand::Rng;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatch;
 use crate::health::RetryBackoff;
 use crate::runtime::{QueueRuntime, Runtime};
 
-/// The most `(id, due)` pairs one pull of one partition reads.
+/// The most `(id, due)` pairs one look at one partition reads.
 const MAX_PEEK: usize = 1_024;
 
 /// How long a claimer that found no free handler slot waits for more slots to free up, so
 /// that a saturated queue claims in batches instead of one task per round trip.
 const SLOT_GATHERING: Duration = Duration::from_millis(1);
 
-/// The task that serves one partition while this node owns it: its prefetching pulls and its
-/// claims. Lease takeover and pruning run in [`crate::maintenance`], apart, so that a
-/// saturated queue (claims waiting for handler slots) never holds them up.
+/// Looks in a row that found nothing due within the window and nothing in flight before a
+/// partition counts as idle. More than one, so that a partition just gained (whose previous
+/// owner may still be claiming for a moment) or just drained is watched for a while.
+pub(crate) const LOOKS_BEFORE_IDLE: u32 = 3;
+
+/// How many expired leases one look puts back.
+const REQUEUE_LIMIT: usize = 1_000;
+/// How many completed records one look forgets.
+const PRUNE_LIMIT: usize = 1_000;
+
+/// The task that serves one partition while this node owns it: its looks and its claims.
 pub(crate) struct PartitionWorker {
     wake: Notify,
+    /// Signalled when [`PartitionWorker::expect`] moved `look_by_ms` earlier.
+    replan: Notify,
+    /// The latest cluster-clock time by which the next look must happen (a task expected
+    /// after the window, minus the window); `u64::MAX` when nothing asks.
+    look_by_ms: AtomicU64,
     cancel: CancellationToken,
 }
 
 impl PartitionWorker {
-    /// Starts serving `partition`: an immediate pull, then claims on every wake and a pull
-    /// every `pull_period`.
+    /// Starts serving `partition`: an immediate look, then claims on every wake and looks
+    /// as the partition's activity asks (see the module docs).
     pub(crate) fn spawn(
         runtime: Arc<Runtime>,
         queue: Arc<QueueRuntime>,
@@ -38,6 +74,8 @@ impl PartitionWorker {
         let runtime_tasks = runtime.partition_tasks.clone();
         let worker = Arc::new(PartitionWorker {
             wake: Notify::new(),
+            replan: Notify::new(),
+            look_by_ms: AtomicU64::new(u64::MAX),
             cancel: runtime.stop.child_token(),
         });
         let serving = Serving {
@@ -47,20 +85,41 @@ impl PartitionWorker {
             worker: worker.clone(),
             backoff: RetryBackoff::new(),
             last_lease_deadline: 0,
+            quiet_looks: 0,
+            next_look: Instant::now(),
         };
         runtime_tasks.spawn(serving.run());
         worker
     }
 
-    /// Asks the worker to claim what is due now.
+    /// Asks the worker to claim what is due now (and makes the partition busy).
     pub(crate) fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// Tells the worker that a task is due at `due_ms`, beyond the prefetch window: the
+    /// partition is looked at again no later than `due_ms` minus the window, idle or not.
+    pub(crate) fn expect(&self, look_by_ms: u64) {
+        if self.look_by_ms.fetch_min(look_by_ms, Ordering::AcqRel) > look_by_ms {
+            self.replan.notify_one();
+        }
     }
 
     /// Stops the worker (ownership moved, or the node stops). Handlers already running go on.
     pub(crate) fn stop(&self) {
         self.cancel.cancel();
     }
+}
+
+/// Why a round of claims ended.
+#[derive(Debug, PartialEq, Eq)]
+enum ClaimsEnded {
+    /// Nothing more is due now (or claiming must wait: paused, limits, an error).
+    Drained,
+    /// The next look came due while the claims waited for handler slots: look, then go on.
+    LookDue,
+    /// The worker stops.
+    Stopped,
 }
 
 struct Serving {
@@ -72,66 +131,136 @@ struct Serving {
     /// The lease deadline of this worker's latest claim. Each claim gets a later one, so that
     /// `(node, lease deadline)` names one claim of the partition for `recover_claim`.
     last_lease_deadline: u64,
+    /// Looks in a row that found nothing due within the window and nothing in flight.
+    quiet_looks: u32,
+    /// When the next look is planned.
+    next_look: Instant,
 }
 
 impl Serving {
     async fn run(mut self) {
+        self.look().await;
+        // Spread the looks of many partitions over the period instead of bursting them.
         let period = self.runtime.config.engine.pull_period;
-        // Spread the pulls of many partitions over the period instead of bursting them.
         let offset = rand::rng().random_range(0..period.as_millis().max(1) as u64);
-        let mut pulls = tokio::time::interval_at(
-            tokio::time::Instant::now() + Duration::from_millis(offset),
-            period,
-        );
-        pulls.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        self.pull().await;
+        self.next_look = self
+            .next_look
+            .min(Instant::now() + Duration::from_millis(offset));
         loop {
             tokio::select! {
                 biased;
                 _ = self.worker.cancel.cancelled() => return,
-                _ = pulls.tick() => self.pull().await,
-                _ = self.worker.wake.notified() => self.claim_until_drained().await,
+                _ = tokio::time::sleep_until(self.next_look) => self.look().await,
+                _ = self.worker.replan.notified() => self.replan(),
+                _ = self.worker.wake.notified() => {
+                    self.busy();
+                    if self.claim_until_drained().await == ClaimsEnded::LookDue {
+                        self.look().await;
+                        // Claim on: the claims were cut short by the look, not drained.
+                        self.worker.wake();
+                    }
+                }
             }
         }
     }
 
-    /// Prefetches the window's due times into the timer.
-    async fn pull(&mut self) {
-        let runtime = &self.runtime;
+    /// The partition has work: back on `pull_period` at once.
+    fn busy(&mut self) {
+        self.quiet_looks = 0;
+        let soon = Instant::now() + self.runtime.config.engine.pull_period;
+        self.next_look = self.next_look.min(soon);
+    }
+
+    /// Brings the next look forward to what [`PartitionWorker::expect`] asked for.
+    fn replan(&mut self) {
+        let look_by = self.worker.look_by_ms.load(Ordering::Acquire);
+        if look_by != u64::MAX {
+            let at = self.instant_of(look_by);
+            self.next_look = self.next_look.min(at);
+        }
+    }
+
+    /// The local instant of cluster-clock time `at_ms` (now, if it is past).
+    fn instant_of(&self, at_ms: u64) -> Instant {
+        let now_ms = self.runtime.clock.now_ms();
+        Instant::now() + Duration::from_millis(at_ms.saturating_sub(now_ms))
+    }
+
+    /// One look: sweeps expired leases, prunes old completed records, prefetches the window's
+    /// due times into the timer, and plans the next look.
+    async fn look(&mut self) {
+        let runtime = self.runtime.clone();
         let engine = &runtime.config.engine;
         let now = runtime.clock.now_ms();
-        let horizon = now.saturating_add(engine.prefetch_window.as_millis() as u64);
+        let window = engine.prefetch_window.as_millis() as u64;
+        let horizon = now.saturating_add(window);
         let owned = runtime.workers.lock().len().max(1);
-        // A pull reads at most this many entries; beyond them the claims' `next_due_ms` chain on.
+        // A look reads at most this many entries; beyond them the claims' `next_due_ms` chain on.
         let limit = (engine.max_prefetched / owned).clamp(16, MAX_PEEK);
-        match runtime
-            .store
-            .peek_window(&self.partition, 0, horizon, limit)
-            .await
-        {
-            Ok(entries) => {
+        let retention = engine.executed_retention.as_millis() as u64;
+        let request = LookRequest {
+            now_ms: now,
+            window_end_ms: horizon,
+            window_limit: limit,
+            requeue_limit: REQUEUE_LIMIT,
+            prune_before_ms: Some(now.saturating_sub(retention)).filter(|&before| before > 0),
+            prune_limit: PRUNE_LIMIT,
+        };
+        // Whatever `expect` asked for before this look is answered by it.
+        self.worker.look_by_ms.store(u64::MAX, Ordering::Release);
+        let report = match runtime.store.look(&self.partition, &request).await {
+            Ok(report) => {
                 runtime.health.ok();
-                let mut last_due = None;
-                for (_, due) in entries {
-                    if last_due != Some(due) {
-                        runtime.timer.insert(due, self.partition.clone());
-                        last_due = Some(due);
-                    }
-                }
+                report
             }
-            Err(error) => runtime.health.failed("peek_window", &error),
+            Err(error) => {
+                runtime.health.failed("look", &error);
+                self.quiet_looks = 0;
+                self.next_look = Instant::now() + engine.pull_period;
+                return;
+            }
+        };
+        if !report.requeued.is_empty() {
+            metrics::counter!("delayq_lease_expired_total", "queue" => self.partition.queue.as_str().to_owned())
+                .increment(report.requeued.len() as u64);
+            tracing::info!(partition = %self.partition, count = report.requeued.len(), "took back tasks whose lease expired");
         }
+        let mut last_due = None;
+        for (_, due) in &report.window {
+            if last_due != Some(*due) {
+                runtime.timer.insert(*due, self.partition.clone());
+                last_due = Some(*due);
+            }
+        }
+        let quiet = report.window.is_empty()
+            && report.earliest_lease_deadline_ms.is_none()
+            && report.pruned < PRUNE_LIMIT as u64;
+        self.quiet_looks = if quiet { self.quiet_looks + 1 } else { 0 };
+        let mut delay = engine.pull_period;
+        if self.quiet_looks >= LOOKS_BEFORE_IDLE {
+            let idle = engine.idle_pull_period;
+            let spread = rand::rng().random_range(0..=idle.as_millis() as u64 / 2);
+            delay = idle + Duration::from_millis(spread);
+            if let Some(next_due) = report.next_due_after_window_ms {
+                // Prefetched in time: look again once it is within the window.
+                let until = Duration::from_millis(next_due.saturating_sub(now + window));
+                delay = delay.min(until.max(engine.pull_period));
+            }
+        }
+        self.next_look = Instant::now() + delay;
+        self.replan();
     }
 
     /// Claims due tasks in batches (as many as there are free handler slots, up to
     /// `claim_batch`) until the partition has nothing due, then arms the timer for the next due.
-    async fn claim_until_drained(&mut self) {
+    async fn claim_until_drained(&mut self) -> ClaimsEnded {
         let runtime = self.runtime.clone();
         let batch_limit = runtime.config.engine.claim_batch.max(1);
         let lease = runtime.config.engine.lease.as_millis() as u64;
         loop {
-            let Some(permits) = self.acquire_slots(batch_limit).await else {
-                return;
+            let permits = match self.acquire_slots(batch_limit).await {
+                Ok(permits) => permits,
+                Err(ended) => return ended,
             };
             let mut wanted = permits.num_permits();
             let queue_name = &self.queue.name;
@@ -145,7 +274,7 @@ impl Serving {
                     }
                     Err(retry_at) => {
                         runtime.timer.insert(retry_at, self.partition.clone());
-                        return;
+                        return ClaimsEnded::Drained;
                     }
                 },
                 None => None,
@@ -158,7 +287,7 @@ impl Serving {
                     }
                     Err(next_window) => {
                         runtime.timer.insert(next_window, self.partition.clone());
-                        return;
+                        return ClaimsEnded::Drained;
                     }
                 },
                 None => None,
@@ -193,7 +322,7 @@ impl Serving {
                             self.dispatch(batch, permits, global);
                         }
                     }
-                    return;
+                    return ClaimsEnded::Drained;
                 }
             };
             if let (Some(rate), Some(tokens)) = (&self.queue.limits.rate, tokens) {
@@ -206,7 +335,7 @@ impl Serving {
                 // Nothing is claimed until the queue is resumed: the resume wakes this
                 // worker (and every pull would look again), so the timer is not re-armed.
                 tracing::debug!(partition = %self.partition, "queue paused: not claiming");
-                return;
+                return ClaimsEnded::Drained;
             }
             let got = batch.tasks.len() + batch.dead_lettered.len();
             let next_due_ms = batch.next_due_ms;
@@ -215,10 +344,10 @@ impl Serving {
                 if let Some(next) = next_due_ms {
                     runtime.timer.insert(next, self.partition.clone());
                 }
-                return;
+                return ClaimsEnded::Drained;
             }
             if self.worker.cancel.is_cancelled() {
-                return;
+                return ClaimsEnded::Stopped;
             }
         }
     }
@@ -293,21 +422,24 @@ impl Serving {
 
     /// Takes up to `limit` free handler slots of the queue, at least one. When none was
     /// free, it waits for one and then gathers more for a moment: on a saturated queue slots
-    /// free up one by one, and claiming one task per round trip would waste the batch.
-    async fn acquire_slots(&self, limit: usize) -> Option<OwnedSemaphorePermit> {
+    /// free up one by one, and claiming one task per round trip would waste the batch. The
+    /// wait ends early when the worker stops or its next look is due (a saturated queue
+    /// still sweeps its expired leases on time).
+    async fn acquire_slots(&self, limit: usize) -> Result<OwnedSemaphorePermit, ClaimsEnded> {
         let slots = self.queue.slots.clone();
         let had_free = slots.available_permits() > 0;
         let mut permits = tokio::select! {
             biased;
-            _ = self.worker.cancel.cancelled() => return None,
-            permit = slots.clone().acquire_owned() => permit.ok()?,
+            _ = self.worker.cancel.cancelled() => return Err(ClaimsEnded::Stopped),
+            permit = slots.clone().acquire_owned() => permit.map_err(|_| ClaimsEnded::Stopped)?,
+            _ = tokio::time::sleep_until(self.next_look) => return Err(ClaimsEnded::LookDue),
         };
         top_up(&slots, &mut permits, limit);
         if !had_free && permits.num_permits() < limit {
             tokio::time::sleep(SLOT_GATHERING).await;
             top_up(&slots, &mut permits, limit);
         }
-        Some(permits)
+        Ok(permits)
     }
 }
 

@@ -37,6 +37,16 @@ pub(crate) struct QueueRuntime {
     pub(crate) limits: crate::limits::QueueLimits,
 }
 
+/// What partition ownership is computed from: when none of it changed, neither did the
+/// partitions this node serves.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct OwnershipInputs {
+    epoch: u64,
+    members: Vec<String>,
+    served: BTreeMap<QueueName, u32>,
+    stopping: bool,
+}
+
 /// A handler execution that has not settled yet.
 pub(crate) struct RunningTask {
     pub(crate) token: LeaseToken,
@@ -71,8 +81,9 @@ pub(crate) struct Runtime {
     pub(crate) executions: TaskTracker,
     /// The partition workers' tasks (waited for on shutdown, before the executions).
     pub(crate) partition_tasks: TaskTracker,
-    /// Serializes [`Runtime::rebalance`].
-    pub(crate) rebalancing: tokio::sync::Mutex<()>,
+    /// Serializes [`Runtime::rebalance`], and holds what its last run computed ownership
+    /// from (nothing to do when that did not change).
+    pub(crate) rebalancing: tokio::sync::Mutex<Option<OwnershipInputs>>,
     /// Set by a simulated crash: claimed tasks are not run any more.
     pub(crate) killed: std::sync::atomic::AtomicBool,
     /// Cancelled when the node stops claiming (shutdown or crash).
@@ -124,16 +135,20 @@ impl Runtime {
     /// time is within the prefetch window; returns whether it owns the partition. Beyond the
     /// window a pull arms it in time, and holding it now only fills the timer (a million
     /// tasks scheduled an hour ahead must not cost a million entries).
+    ///
+    /// A due beyond the window is passed to the partition's worker instead
+    /// ([`PartitionWorker::expect`]): an idle partition then looks again once the task is
+    /// within the window, not only after `idle_pull_period`.
     pub(crate) fn arm_if_owned(&self, partition: &Partition, due_ms: u64) -> bool {
-        if !self.owns(partition) {
+        let Some(worker) = self.workers.lock().get(partition).cloned() else {
             return false;
-        }
-        let horizon = self
-            .clock
-            .now_ms()
-            .saturating_add(self.config.engine.prefetch_window.as_millis() as u64);
+        };
+        let window = self.config.engine.prefetch_window.as_millis() as u64;
+        let horizon = self.clock.now_ms().saturating_add(window);
         if due_ms <= horizon {
             self.timer.insert(due_ms, partition.clone());
+        } else {
+            worker.expect(due_ms - window);
         }
         true
     }
@@ -248,11 +263,28 @@ impl Runtime {
     /// latest membership. Serialized, and the membership is read under the lock, so an older
     /// view can never undo a newer one.
     pub(crate) async fn rebalance(self: &Arc<Self>) {
-        let _serial = self.rebalancing.lock().await;
+        let mut last_plan = self.rebalancing.lock().await;
         let served = self.served_queues().await;
         let membership = self.coordinator.membership().borrow().clone();
         let membership = &membership;
         let me = self.coordinator.node_id().clone();
+        // Ownership is a function of the members and the queues served: when neither changed
+        // since the last rebalance, neither did the partitions to serve, and recomputing them
+        // (queues × partitions × members hashes) every period would be wasted work.
+        let plan = OwnershipInputs {
+            epoch: membership.epoch,
+            members: membership
+                .members
+                .iter()
+                .map(|member| member.id.as_str().to_owned())
+                .collect(),
+            served: served.clone(),
+            stopping: self.stop.is_cancelled(),
+        };
+        if last_plan.as_ref() == Some(&plan) {
+            return;
+        }
+        *last_plan = Some(plan);
         let mut desired = HashSet::new();
         if membership.contains(&me) && !self.stop.is_cancelled() {
             for (queue, partitions) in &served {

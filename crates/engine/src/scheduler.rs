@@ -102,7 +102,7 @@ impl Scheduler {
         }
     }
 
-    /// The runtime's long-running loops (timer, wake-ups, ownership, maintenance).
+    /// The runtime's long-running loops (timer, wake-ups, ownership, gauges).
     pub(crate) fn loops(&self) -> &TaskTracker {
         &self.loops
     }
@@ -472,8 +472,10 @@ impl Scheduler {
     }
 
     /// After a schedule: make sure the owner of the partition knows in time. Our own
-    /// partition goes into our timer; another owner gets a wake-up when the task is due
-    /// before its next pull could see it.
+    /// partition goes into our timer (or, beyond the window, into its worker's plan);
+    /// another owner gets a wake-up when the task is due before its next look could see it:
+    /// within 2 × `pull_period`, or within 1.5 × `idle_pull_period` + `prefetch_window` (the
+    /// latest an idle partition's next look can be planned, plus its window).
     pub(crate) async fn announce(
         &self,
         partition: &Partition,
@@ -491,8 +493,13 @@ impl Scheduler {
         if runtime.is_member() && runtime.arm(partition, due_ms).await {
             return;
         }
-        let pull_period = runtime.config.engine.pull_period.as_millis() as u64;
-        if due_ms > now.saturating_add(2 * pull_period) {
+        // The owner may be idle on this partition (looking only every `idle_pull_period`,
+        // never later than its next known due minus the window): a task due before its next
+        // look could find it must be announced. Beyond that the owner's look comes in time.
+        let engine = &runtime.config.engine;
+        let announce_within = (2 * engine.pull_period)
+            .max(engine.idle_pull_period.mul_f64(1.5) + engine.prefetch_window);
+        if due_ms > now.saturating_add(announce_within.as_millis() as u64) {
             return;
         }
         // Published on the partition's channel, which its owner listens to (or, while

@@ -5,9 +5,4 @@
 -- ARGV[2]: limit
 -- Returns: how many were pruned.
 
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-if #ids > 0 then
-  call_in_chunks('HDEL', KEYS[1], ids)
-  call_in_chunks('ZREM', KEYS[2], ids)
-end
-return #ids
+return prune_completed(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]))

@@ -7,26 +7,7 @@
 -- ARGV[2]: limit
 -- Returns: the ids put back into `due` (at that now, same attempt: a crashed node is not the
 -- task's fault; the record, its claim number included, is left as it is, so the old token
--- becomes stale). An id that is already pending again (scheduled while it ran) or has no
--- record only loses its in-flight entry and is not returned; a task cancelled while it ran
--- (generation 0) is dropped, record and all: its last attempt is over.
+-- becomes stale). See requeue_leases() in sweep.lua for the ids it only forgets or drops.
 
-local due_key, tasks_key, inflight_key = KEYS[1], KEYS[2], KEYS[3]
 local now = string.format('%d', math.min(tonumber(ARGV[1]), redis_now_ms()))
-local ids = redis.call('ZRANGEBYSCORE', inflight_key, '-inf', '(' .. now, 'LIMIT', 0, tonumber(ARGV[2]))
-local requeued = {}
-for _, id in ipairs(ids) do
-  if not redis.call('ZSCORE', due_key, id) then
-    local raw = redis.call('HGET', tasks_key, id)
-    if raw and is_cancelled_raw(raw) then
-      redis.call('HDEL', tasks_key, id)
-    elseif raw then
-      redis.call('ZADD', due_key, now, id)
-      requeued[#requeued + 1] = id
-    end
-  end
-end
-if #ids > 0 then
-  call_in_chunks('ZREM', inflight_key, ids)
-end
-return requeued
+return requeue_leases(KEYS[1], KEYS[2], KEYS[3], now, tonumber(ARGV[2]))

@@ -599,3 +599,45 @@ mod tests {
         ));
     }
 }
+
+/// What an owner's look at one of its partitions asks for ([`TaskStore::look`]): the periodic
+/// pull and the lease sweep in one call, so that an idle partition costs one call per look.
+///
+/// [`TaskStore::look`]: crate::TaskStore::look
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LookRequest {
+    /// The caller's cluster-clock time. Leases are judged by it (the Redis backend by
+    /// `min(now_ms, Redis TIME)`, guarantee 9).
+    pub now_ms: u64,
+    /// The end of the prefetch window: pending tasks due at or before it are returned.
+    pub window_end_ms: u64,
+    /// The most window entries returned.
+    pub window_limit: usize,
+    /// The most expired leases put back as pending by this look.
+    pub requeue_limit: usize,
+    /// Completed records older than this are forgotten (up to `prune_limit`); `None` prunes
+    /// nothing.
+    pub prune_before_ms: Option<u64>,
+    /// The most completed records one look forgets.
+    pub prune_limit: usize,
+}
+
+/// What a look found ([`TaskStore::look`]): enough for the owner to know when it must look
+/// again.
+///
+/// [`TaskStore::look`]: crate::TaskStore::look
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LookReport {
+    /// In-flight tasks whose lease had run out, now pending again at `now_ms` (same attempt,
+    /// as [`TaskStore::requeue_expired`](crate::TaskStore::requeue_expired) does).
+    pub requeued: Vec<TaskId>,
+    /// How many completed records were forgotten.
+    pub pruned: u64,
+    /// Up to `window_limit` `(id, due)` pairs of pending tasks due at or before the end of
+    /// the window (requeued ones included), in due order.
+    pub window: Vec<(TaskId, u64)>,
+    /// The earliest due of a pending task after the window, when the window was not full.
+    pub next_due_after_window_ms: Option<u64>,
+    /// The earliest lease deadline of a task still in flight after the sweep.
+    pub earliest_lease_deadline_ms: Option<u64>,
+}

@@ -4,8 +4,9 @@ use async_trait::async_trait;
 
 use crate::error::StorageResult;
 use crate::model::{
-    AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask,
-    Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
+    AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, LookReport,
+    LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome,
+    TaskId, TaskInfo,
 };
 use crate::recurring::RecurringStore;
 
@@ -135,6 +136,15 @@ pub trait TaskStore: RecurringStore + Send + Sync + 'static {
         to_ms: u64,
         limit: usize,
     ) -> StorageResult<Vec<(TaskId, u64)>>;
+
+    /// The owner's look at `partition`: puts back up to `requeue_limit` expired leases (as
+    /// [`requeue_expired`](TaskStore::requeue_expired)), forgets old completed records when
+    /// asked (as [`prune_done`](TaskStore::prune_done)), and reads the pending tasks of the
+    /// prefetch window (as [`peek_window`](TaskStore::peek_window) from 0), the earliest due
+    /// after the window and the earliest lease deadline still in flight — in one call, so an
+    /// idle partition costs its owner one round trip per look. Claims nothing.
+    async fn look(&self, partition: &Partition, request: &LookRequest)
+        -> StorageResult<LookReport>;
 
     /// The handler succeeded: removes the task and records `(id, due)` in the executed-set,
     /// unless it was cancelled or scheduled again meanwhile (`Superseded`). A stale token

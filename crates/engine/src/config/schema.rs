@@ -44,6 +44,7 @@ pub(crate) const NODE_KEYS: &[&str] =
 /// The keys of `engine:`.
 pub(crate) const ENGINE_KEYS: &[&str] = &[
     "pull_period",
+    "idle_pull_period",
     "prefetch_window",
     "max_prefetched",
     "claim_batch",
@@ -312,6 +313,7 @@ impl Walk<'_> {
             let path = self.record("engine", key, value);
             match key.name.as_str() {
                 "pull_period" => engine.pull_period = duration(&path, value)?,
+                "idle_pull_period" => engine.idle_pull_period = duration(&path, value)?,
                 "prefetch_window" => engine.prefetch_window = duration(&path, value)?,
                 "max_prefetched" => engine.max_prefetched = count(&path, value)?,
                 "claim_batch" => engine.claim_batch = count(&path, value)?,

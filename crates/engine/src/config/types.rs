@@ -128,6 +128,12 @@ pub struct EngineConfig {
     /// How often each owned partition is re-read from Redis: the safety net behind the
     /// wake-ups. Default 1 s.
     pub pull_period: Duration,
+    /// How often an idle partition (nothing due within `prefetch_window`, nothing in flight)
+    /// is looked at by its owner: the safety net behind the wake-ups when nothing happens.
+    /// A look is never planned later than the partition's next pending due minus the window,
+    /// and a partition is back on `pull_period` as soon as it has work. At least
+    /// `pull_period`. Default 30 s.
+    pub idle_pull_period: Duration,
     /// How far ahead of now due tasks are held in memory. At least `pull_period`. Default 5 s.
     pub prefetch_window: Duration,
     /// Most prefetched entries held in memory by one node; beyond it the node claims straight
@@ -163,6 +169,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             pull_period: Duration::from_secs(1),
+            idle_pull_period: Duration::from_secs(30),
             prefetch_window: Duration::from_secs(5),
             max_prefetched: 100_000,
             claim_batch: 256,

@@ -229,6 +229,16 @@ fn engine(engine: &EngineConfig) -> Check {
             ),
         );
     }
+    if engine.idle_pull_period < engine.pull_period {
+        return fail(
+            "engine.idle_pull_period",
+            human(engine.idle_pull_period),
+            format!(
+                "must be at least engine.pull_period ({})",
+                human(engine.pull_period)
+            ),
+        );
+    }
     at_least_one("engine.max_prefetched", engine.max_prefetched as u64)?;
     if !(1..=MAX_CLAIM_BATCH).contains(&engine.claim_batch) {
         return fail(

@@ -13,8 +13,9 @@ use delayq_engine::config::{BackoffConfig, Config, QueueConfig};
 use delayq_engine::{MemoryBackend, Scheduler, SchedulerBuilder, Task};
 use delayq_storage::{
     AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, ItemResult, LeaseToken,
-    NewTask, Partition, PartitionStats, QueueName, RecurringStore, ScheduleMode, ScheduleOutcome,
-    ShardLook, StorageResult, StoredSchedule, TaskId, TaskInfo, TaskStore, TickOutcome,
+    LookReport, LookRequest, NewTask, Partition, PartitionStats, QueueName, RecurringStore,
+    ScheduleMode, ScheduleOutcome, ShardLook, StorageResult, StoredSchedule, TaskId, TaskInfo,
+    TaskStore, TickOutcome,
 };
 use delayq_testkit::{RedisOptions, RedisServer};
 use parking_lot::Mutex;
@@ -244,6 +245,8 @@ pub struct RecordingStore {
     swap_fault_after: std::sync::atomic::AtomicBool,
     swaps: AtomicU64,
     swap_faults: AtomicU64,
+    /// Looks (`TaskStore::look`) per partition so far.
+    looks: Mutex<BTreeMap<String, u64>>,
 }
 
 impl RecordingStore {
@@ -258,6 +261,7 @@ impl RecordingStore {
             swap_fault_after: std::sync::atomic::AtomicBool::new(false),
             swaps: AtomicU64::new(0),
             swap_faults: AtomicU64::new(0),
+            looks: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -302,6 +306,20 @@ impl RecordingStore {
     /// Claims per `(queue, id, generation)`: the fencing numbers handed out.
     pub fn claims(&self) -> BTreeMap<(String, String, u64), Vec<u64>> {
         self.claims.lock().clone()
+    }
+
+    /// How many times the owners looked at `partition` (`TaskStore::look`) so far.
+    pub fn looks(&self, partition: &Partition) -> u64 {
+        self.looks
+            .lock()
+            .get(&partition.to_string())
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Looks at every partition so far.
+    pub fn all_looks(&self) -> u64 {
+        self.looks.lock().values().sum()
     }
 
     /// Tasks put back after their lease expired.
@@ -529,6 +547,17 @@ impl TaskStore for RecordingStore {
         limit: usize,
     ) -> StorageResult<u64> {
         self.inner.prune_done(partition, older_than_ms, limit).await
+    }
+    async fn look(
+        &self,
+        partition: &Partition,
+        request: &LookRequest,
+    ) -> StorageResult<LookReport> {
+        *self.looks.lock().entry(partition.to_string()).or_insert(0) += 1;
+        let report = self.inner.look(partition, request).await?;
+        self.requeued
+            .fetch_add(report.requeued.len() as u64, Ordering::Relaxed);
+        Ok(report)
     }
     async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats> {
         self.inner.stats(partition, now_ms).await

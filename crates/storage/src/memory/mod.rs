@@ -29,8 +29,8 @@ use self::partition::{PartitionState, StaleLease};
 use crate::error::{StorageError, StorageResult};
 use crate::model::{
     validate_due, AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken,
-    NewTask, Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, StoreOptions,
-    TaskId, TaskInfo,
+    LookReport, LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode,
+    ScheduleOutcome, StoreOptions, TaskId, TaskInfo,
 };
 use crate::store::{ItemResult, TaskStore};
 
@@ -429,6 +429,17 @@ impl TaskStore for MemoryStore {
         Ok(match self.existing(partition)? {
             Some(state) => state.lock().peek_window(from_ms, to_ms, limit),
             None => Vec::new(),
+        })
+    }
+
+    async fn look(
+        &self,
+        partition: &Partition,
+        request: &LookRequest,
+    ) -> StorageResult<LookReport> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().look(request),
+            None => LookReport::default(),
         })
     }
 

@@ -7,7 +7,7 @@ use redis::Value;
 use crate::error::{StorageError, StorageResult};
 use crate::model::{
     validate_due, AckOutcome, ClaimBatch, ClaimedTask, FailAction, FailOutcome, LeaseToken,
-    Partition, TaskId,
+    LookReport, LookRequest, Partition, TaskId,
 };
 
 use super::connection::RedisStore;
@@ -335,6 +335,66 @@ impl RedisStore {
             tracing::info!(%partition, requeued = ids.len(), "leases ran out; tasks are pending again");
         }
         Ok(ids)
+    }
+
+    /// `look.lua`: the lease sweep, the pruning and the prefetch read of one partition.
+    pub(crate) async fn look_at(
+        &self,
+        partition: &Partition,
+        request: &LookRequest,
+    ) -> StorageResult<LookReport> {
+        const OPERATION: &str = "look";
+        let keys = self.keys(partition);
+        let call = ScriptCall::new(&SCRIPTS.look)
+            .key(&keys.due)
+            .key(&keys.tasks)
+            .key(&keys.inflight)
+            .key(&keys.done)
+            .arg(request.now_ms)
+            .arg(request.window_end_ms)
+            .arg(request.window_limit.max(1))
+            .arg(request.requeue_limit)
+            .arg(request.prune_before_ms.unwrap_or(0))
+            .arg(request.prune_limit);
+        let reply = self
+            .invoke(&call)
+            .await
+            .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
+        let mut parts = expect_array(OPERATION, reply)?.into_iter();
+        let mut next = |what: &str| {
+            parts
+                .next()
+                .ok_or_else(|| unexpected_reply(OPERATION, format!("no {what}")))
+        };
+        let requeued = expect_array(OPERATION, next("requeued ids")?)?
+            .into_iter()
+            .map(|id| task_id(&keys.inflight, id))
+            .collect::<StorageResult<Vec<_>>>()?;
+        let pruned = expect_number(OPERATION, &next("pruned count")?, "a pruned count")?;
+        let window = scored_pairs(expect_array(OPERATION, next("window")?)?)
+            .into_iter()
+            .map(|(id, score)| {
+                let due_ms = expect_number(OPERATION, &score, "a due score")?;
+                Ok((task_id(&keys.due, id)?, due_ms))
+            })
+            .collect::<StorageResult<Vec<_>>>()?;
+        let optional_number = |value: Value, what: &str| match value {
+            Value::Nil | Value::Boolean(false) => Ok(None),
+            value => expect_number(OPERATION, &value, what).map(Some),
+        };
+        let next_due_after_window_ms = optional_number(next("next due")?, "a due score")?;
+        let earliest_lease_deadline_ms =
+            optional_number(next("earliest lease")?, "a lease deadline")?;
+        if !requeued.is_empty() {
+            tracing::info!(%partition, requeued = requeued.len(), "leases ran out; tasks are pending again");
+        }
+        Ok(LookReport {
+            requeued,
+            pruned,
+            window,
+            next_due_after_window_ms,
+            earliest_lease_deadline_ms,
+        })
     }
 }
 

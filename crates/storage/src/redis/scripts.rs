@@ -1,8 +1,9 @@
 //! The Lua scripts, hashed once per process and invoked by SHA.
 //!
-//! Each `lua/<name>.lua` documents its `KEYS`/`ARGV`/reply on top. Shared code lives in three
+//! Each `lua/<name>.lua` documents its `KEYS`/`ARGV`/reply on top. Shared code lives in four
 //! parts put in front of the scripts that use them: `record.lua` (the record codec),
-//! `lease.lua` (the token check) and `util.lua` (clock, bulk calls). Each script gets only the
+//! `lease.lua` (the token check), `util.lua` (clock, bulk calls) and `sweep.lua` (the lease
+//! sweep and the executed-set pruning). Each script gets only the
 //! parts it needs, because Redis runs a script's top level, function definitions included, on
 //! every call (about 0.3 µs per function; caching them in globals is not allowed).
 //! Calls go through `delayq_redis::ScriptCall`: to the master of `KEYS[1]`'s slot, and on
@@ -21,6 +22,8 @@ pub(crate) const RECORD: &str = include_str!("../../lua/record.lua");
 const LEASE: &str = include_str!("../../lua/lease.lua");
 /// Clock and bulk-call helpers.
 const UTIL: &str = include_str!("../../lua/util.lua");
+/// The lease sweep and the executed-set pruning; needs [`RECORD`] and [`UTIL`].
+const SWEEP: &str = include_str!("../../lua/sweep.lua");
 
 fn script(parts: &[&str], body: &str) -> Script {
     let mut code = parts.join("\n");
@@ -37,6 +40,7 @@ pub(crate) struct Scripts {
     pub fail: Script,
     pub renew: Script,
     pub requeue_expired: Script,
+    pub look: Script,
     pub cancel: Script,
     pub get: Script,
     pub prune_done: Script,
@@ -54,7 +58,7 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     /// All of them, for preloading.
-    pub(crate) fn all(&self) -> [&Script; 19] {
+    pub(crate) fn all(&self) -> [&Script; 20] {
         [
             &self.schedule,
             &self.claim_due,
@@ -62,6 +66,7 @@ impl Scripts {
             &self.fail,
             &self.renew,
             &self.requeue_expired,
+            &self.look,
             &self.cancel,
             &self.get,
             &self.prune_done,
@@ -87,12 +92,16 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     fail: script(&[RECORD, LEASE, UTIL], include_str!("../../lua/fail.lua")),
     renew: script(&[RECORD, LEASE], include_str!("../../lua/renew.lua")),
     requeue_expired: script(
-        &[RECORD, UTIL],
+        &[RECORD, UTIL, SWEEP],
         include_str!("../../lua/requeue_expired.lua"),
     ),
+    look: script(&[RECORD, UTIL, SWEEP], include_str!("../../lua/look.lua")),
     cancel: script(&[], include_str!("../../lua/cancel.lua")),
     get: script(&[], include_str!("../../lua/get.lua")),
-    prune_done: script(&[UTIL], include_str!("../../lua/prune_done.lua")),
+    prune_done: script(
+        &[RECORD, UTIL, SWEEP],
+        include_str!("../../lua/prune_done.lua"),
+    ),
     list_dead: script(&[], include_str!("../../lua/list_dead.lua")),
     retry_dead: script(&[RECORD], include_str!("../../lua/retry_dead.lua")),
     purge_dead: script(&[UTIL], include_str!("../../lua/purge_dead.lua")),

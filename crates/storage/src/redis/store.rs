@@ -5,8 +5,9 @@ use async_trait::async_trait;
 
 use crate::error::StorageResult;
 use crate::model::{
-    AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, NewTask,
-    Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome, TaskId, TaskInfo,
+    AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, LookReport,
+    LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome,
+    TaskId, TaskInfo,
 };
 use crate::store::{ItemResult, TaskStore};
 
@@ -76,6 +77,14 @@ impl TaskStore for RedisStore {
         limit: usize,
     ) -> StorageResult<Vec<(TaskId, u64)>> {
         self.peek(partition, from_ms, to_ms, limit).await
+    }
+
+    async fn look(
+        &self,
+        partition: &Partition,
+        request: &LookRequest,
+    ) -> StorageResult<LookReport> {
+        self.look_at(partition, request).await
     }
 
     async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {

@@ -19,6 +19,7 @@ pub mod dead;
 pub mod dedup;
 pub mod input;
 pub mod lease;
+pub mod look;
 pub mod queues;
 pub mod queues_delete;
 pub mod races;
@@ -341,6 +342,13 @@ macro_rules! conformance_suite {
                 claim_due_returns_at_most_max_claim_bytes_but_at_least_one_task,
                 recover_claim_returns_the_tasks_of_a_lost_reply_with_their_tokens,
                 recover_claim_of_another_claim_is_empty,
+            ],
+            look: [
+                look_reports_the_window_and_the_next_due_after_it,
+                look_with_a_full_window_reports_no_next_due,
+                look_at_an_empty_partition_reports_nothing,
+                look_requeues_expired_leases_and_reports_the_earliest_lease_left,
+                look_prunes_completed_records_only_when_asked,
             ],
             lease: [
                 ack_completes_and_keeps_a_done_record_without_payload,

@@ -59,6 +59,7 @@ node:
   start_timeout: 1m
 engine:
   pull_period: 2s
+  idle_pull_period: 45s
   prefetch_window: 10s
   max_prefetched: 5000
   claim_batch: 64
@@ -113,6 +114,7 @@ queues:
         },
         engine: EngineConfig {
             pull_period: secs(2),
+            idle_pull_period: secs(45),
             prefetch_window: secs(10),
             max_prefetched: 5000,
             claim_batch: 64,

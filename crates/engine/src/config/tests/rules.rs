@@ -70,6 +70,9 @@ fn validate_checks_the_rules() {
         ("engine.prefetch_window", |c| {
             c.engine.prefetch_window = millis(10)
         }),
+        ("engine.idle_pull_period", |c| {
+            c.engine.idle_pull_period = millis(500)
+        }),
         ("engine.claim_batch", |c| c.engine.claim_batch = 0),
         ("engine.claim_batch", |c| {
             c.engine.claim_batch = MAX_CLAIM_BATCH + 1

@@ -17,8 +17,8 @@ pub(super) use self::receipt::ClaimRequest;
 use self::receipt::Receipt;
 use super::index::TimeIndex;
 use crate::model::{
-    Cancel, ClaimBatch, ClaimedTask, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome,
-    TaskId, TaskInfo, TaskState,
+    Cancel, ClaimBatch, ClaimedTask, LeaseToken, LookReport, LookRequest, NewTask, Partition,
+    ScheduleMode, ScheduleOutcome, TaskId, TaskInfo, TaskState,
 };
 use crate::recurring::TickOutcome;
 
@@ -399,5 +399,31 @@ impl PartitionState {
             .take(limit)
             .map(|(due, id)| (id.clone(), due))
             .collect()
+    }
+
+    /// The twin of `look.lua`: sweep, prune, window, and when to look again.
+    pub(super) fn look(&mut self, request: &LookRequest) -> LookReport {
+        let requeued = self.requeue_expired(request.now_ms, request.requeue_limit);
+        let pruned = match request.prune_before_ms {
+            Some(before) => self.prune_done(before, request.prune_limit),
+            None => 0,
+        };
+        let limit = request.window_limit.max(1);
+        let window = self.peek_window(0, request.window_end_ms, limit);
+        let next_due_after_window_ms = if window.len() < limit {
+            self.due
+                .range(request.window_end_ms.saturating_add(1), u64::MAX)
+                .next()
+                .map(|(due, _)| due)
+        } else {
+            None
+        };
+        LookReport {
+            requeued,
+            pruned,
+            window,
+            next_due_after_window_ms,
+            earliest_lease_deadline_ms: self.inflight.first_at(),
+        }
     }
 }

@@ -1,0 +1,40 @@
+-- look.lua: an owner's look at one of its partitions, in one call: the lease sweep, the
+-- executed-set pruning and the prefetch read, plus what the owner needs to know when to look
+-- again (the earliest due after the window, the earliest lease deadline in flight). An idle
+-- partition costs its owner this one call per look (DESIGN.md, "Cost model").
+-- KEYS[1]: due        ZSET id -> due_ms
+-- KEYS[2]: tasks      HASH id -> record
+-- KEYS[3]: inflight   ZSET id -> lease deadline
+-- KEYS[4]: done       ZSET id -> completed_ms
+-- ARGV[1]: now_ms of the caller; leases are judged at min(now_ms, Redis TIME) (guarantee 9)
+-- ARGV[2]: end of the prefetch window (ms): pending tasks due at or before it are returned
+-- ARGV[3]: the most window entries returned
+-- ARGV[4]: the most expired leases put back
+-- ARGV[5]: completed records older than this (ms) are forgotten; 0 forgets none
+-- ARGV[6]: the most completed records forgotten
+-- Returns: { requeued ids, pruned count, { id, due, id, due, ... } of the window,
+--            earliest due after the window or false (also false when the window is full),
+--            earliest lease deadline still in flight or false }
+
+local due_key, tasks_key, inflight_key, done_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now = string.format('%d', math.min(tonumber(ARGV[1]), redis_now_ms()))
+local requeued = requeue_leases(due_key, tasks_key, inflight_key, now, tonumber(ARGV[4]))
+local pruned = 0
+if tonumber(ARGV[5]) > 0 then
+  pruned = prune_completed(tasks_key, done_key, ARGV[5], tonumber(ARGV[6]))
+end
+local limit = tonumber(ARGV[3])
+local window = redis.call('ZRANGEBYSCORE', due_key, '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit)
+local next_due = false
+if #window < 2 * limit then
+  local after = redis.call('ZRANGEBYSCORE', due_key, '(' .. ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #after == 2 then
+    next_due = after[2]
+  end
+end
+local earliest_lease = false
+local lease = redis.call('ZRANGE', inflight_key, 0, 0, 'WITHSCORES')
+if #lease == 2 then
+  earliest_lease = lease[2]
+end
+return { requeued, pruned, window, next_due, earliest_lease }
