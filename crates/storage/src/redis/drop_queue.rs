@@ -191,7 +191,7 @@ impl RedisStore {
             })
             .await?;
         }
-        Ok(())
+        self.bump_registry_version().await
     }
 }
 

@@ -76,6 +76,12 @@ pub(crate) fn registry_key(prefix: &str) -> String {
     format!("{prefix}:{{cluster}}:queues")
 }
 
+/// `STRING` counter, bumped by every change of the queue registry (a queue registered or
+/// deleted), so that readers re-read the registry only when it changed.
+pub(crate) fn registry_version_key(prefix: &str) -> String {
+    format!("{prefix}:{{cluster}}:queues_version")
+}
+
 /// The keys of a queue's cluster-wide limits, tagged `{<queue>#limits}` (no partition's tag:
 /// queue names have no `#`).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use crate::error::{StorageError, StorageResult};
 use crate::model::QueueName;
 
 use super::connection::RedisStore;
-use super::keys::{legacy_registry_key, registry_key};
+use super::keys::{legacy_registry_key, registry_key, registry_version_key};
 
 /// The most partitions a queue may have.
 pub(crate) const MAX_PARTITIONS: u32 = 65_536;
@@ -31,7 +31,23 @@ pub(crate) const MAX_PARTITIONS: u32 = 65_536;
 pub(crate) struct RegistryState {
     migrated: OnceCell<()>,
     reported: Mutex<HashSet<Vec<u8>>>,
+    /// The registry as last read, with the version counter read just before it.
+    cached: Mutex<Option<CachedRegistry>>,
 }
+
+/// A read of the registry, reused while the version counter stays the same (and for at most
+/// [`REGISTRY_MAX_AGE`]).
+#[derive(Debug)]
+struct CachedRegistry {
+    version: Option<u64>,
+    read_at: std::time::Instant,
+    queues: Vec<(QueueName, u32)>,
+}
+
+/// The longest a cached read of the registry is reused although the version counter did not
+/// move: a release before the counter registers queues without bumping it, and a register
+/// whose reply was lost and that was retried finds its queue there already and bumps nothing.
+const REGISTRY_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl RedisStore {
     pub(crate) async fn register(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
@@ -44,15 +60,22 @@ impl RedisStore {
         }
         self.merge_legacy_registry().await?;
         let key = registry_key(&self.prefix);
-        // HSETNX then HGET: both idempotent, so the pair may be retried as a read.
+        let version = registry_version_key(&self.prefix);
+        // HSETNX then HGET: both idempotent, so the pair may be retried as a read. A new
+        // entry bumps the registry's version counter, so readers re-read the registry.
         let recorded: Option<Vec<u8>> = self
             .read(OPERATION, &key, |connection| {
                 let mut set = redis::cmd("HSETNX");
                 set.arg(&key).arg(queue.as_str()).arg(partitions);
                 let mut get = redis::cmd("HGET");
                 get.arg(&key).arg(queue.as_str());
+                let mut bump = redis::cmd("INCR");
+                bump.arg(&version);
                 async move {
-                    let _: bool = connection.query(OPERATION, &set).await?;
+                    let added: bool = connection.query(OPERATION, &set).await?;
+                    if added {
+                        let _: u64 = connection.query(OPERATION, &bump).await?;
+                    }
                     connection.query(OPERATION, &get).await
                 }
             })
@@ -77,6 +100,23 @@ impl RedisStore {
     pub(crate) async fn registered_queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
         self.merge_legacy_registry().await?;
         let key = registry_key(&self.prefix);
+        // The registry is read again only when its version counter moved since the last
+        // read (or that read is older than REGISTRY_MAX_AGE): one GET per call instead of the
+        // whole registry, which every node reads every pull_period.
+        let version_key = registry_version_key(&self.prefix);
+        let version: Option<u64> = self
+            .read("queues", &version_key, |connection| {
+                let mut command = redis::cmd("GET");
+                command.arg(&version_key);
+                async move { connection.query("queues", &command).await }
+            })
+            .await?;
+        if let Some(cached) = self.registry.cached.lock().as_ref() {
+            if cached.version == version && cached.read_at.elapsed() < REGISTRY_MAX_AGE {
+                return Ok(cached.queues.clone());
+            }
+        }
+        let read_at = std::time::Instant::now();
         let entries = self.registry_entries(&key).await?;
         let mut queues = Vec::with_capacity(entries.len());
         for (name, count) in entries {
@@ -86,7 +126,24 @@ impl RedisStore {
             }
         }
         queues.sort();
+        *self.registry.cached.lock() = Some(CachedRegistry {
+            version,
+            read_at,
+            queues: queues.clone(),
+        });
         Ok(queues)
+    }
+
+    /// Bumps the registry's version counter after a change made here (a deleted queue).
+    pub(crate) async fn bump_registry_version(&self) -> StorageResult<()> {
+        let key = registry_version_key(&self.prefix);
+        self.read_on(&self.producer, "delete_queue", &key, |connection| {
+            let mut command = redis::cmd("INCR");
+            command.arg(&key);
+            async move { connection.query::<u64>("delete_queue", &command).await }
+        })
+        .await?;
+        Ok(())
     }
 
     async fn registry_entries(&self, key: &str) -> StorageResult<Vec<(Vec<u8>, Vec<u8>)>> {
