@@ -125,17 +125,18 @@ async fn measure(count: usize) -> PerBeat {
     for node in &nodes {
         node.leave().await.expect("leave");
     }
-    assert!(
-        beats as usize >= count * 5,
-        "{count} members beat only {beats} times in 10 periods"
-    );
-    PerBeat {
+    let measured = PerBeat {
         members: count,
         beats,
         commands: commands as f64 / beats as f64,
         registry_reads: delta("hgetall") as f64 / beats as f64,
         output_bytes: (after.output_bytes - before.output_bytes) as f64 / beats as f64,
-    }
+    };
+    assert!(
+        measured.beats as usize >= measured.members * 5,
+        "too few heartbeats in 10 periods: {measured:?}"
+    );
+    measured
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

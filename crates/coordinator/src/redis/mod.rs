@@ -283,7 +283,8 @@ impl RedisCoordinator {
             .run_script(
                 &ScriptCall::new(&scripts::SNAPSHOT)
                     .key(&keys.registry)
-                    .key(&keys.epoch),
+                    .key(&keys.epoch)
+                    .key(&keys.deadlines),
             )
             .await
             .map_err(|error| CoordinatorError::from_redis("read membership", error))?;
@@ -292,9 +293,14 @@ impl RedisCoordinator {
                 operation: "read membership",
                 message: format!("unexpected reply of the snapshot script: {error}"),
             })?;
-        Ok(ScriptReply::from_raw(raw).membership(|error| {
-            tracing::warn!(%error, "corrupt registry entry left out of the membership");
-        }))
+        ScriptReply::from_raw(raw)
+            .membership(|error| {
+                tracing::warn!(%error, "corrupt registry entry left out of the membership");
+            })
+            .ok_or(CoordinatorError::Backend {
+                operation: "read membership",
+                message: "the snapshot script did not return the registry".to_owned(),
+            })
     }
 }
 
