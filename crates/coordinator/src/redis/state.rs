@@ -272,7 +272,7 @@ impl Shared {
             .without_deadline
             .iter()
             .filter(|id| id.as_str() != self.id.as_str())
-            .map(|id| NodeId::from_string(id))
+            .map(NodeId::from_string)
             .collect();
         if !applied.without_deadline.is_empty() {
             tracing::debug!(node = %self.id, epoch = membership.epoch, count = applied.without_deadline.len(), "members without a heartbeat deadline (previous release): checked by their heartbeat keys");
