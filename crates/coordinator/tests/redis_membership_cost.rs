@@ -180,13 +180,27 @@ async fn changes_reach_all_50_members_within_their_bounds() {
     );
 
     // A join: seen by every member within one period (the announcement, or the next
-    // heartbeat's epoch).
+    // heartbeat's epoch), and read about once per node.
+    tokio::time::sleep(Duration::from_millis(2 * PERIOD_MS)).await;
+    let reads_before = Counters::read(&server).calls("hgetall");
     nodes.push(join(&server, "late").await);
     let all = sorted_ids(&nodes);
     let bound = Duration::from_millis(PERIOD_MS) + SLACK;
     wait_for(bound, || async { agree(&nodes, &all) })
         .await
         .unwrap_or_else(|| panic!("the join was not seen by all within {bound:?}"));
+    tokio::time::sleep(Duration::from_millis(2 * PERIOD_MS)).await;
+    let reads = Counters::read(&server).calls("hgetall") - reads_before;
+    eprintln!(
+        "registry reads for one join seen by {} nodes: {reads}",
+        nodes.len()
+    );
+    // Once per node, a few twice (a heartbeat sent before the announcement was read).
+    assert!(
+        reads as usize <= nodes.len() * 3 / 2,
+        "{reads} registry reads for one change among {} nodes",
+        nodes.len()
+    );
 
     // A leave: seen at once.
     let leaving = nodes.remove(3);
