@@ -1,5 +1,5 @@
 //! The background tasks of a Redis coordinator: heartbeat (or, for an observer, a periodic
-//! re-read) and the refresher that re-reads on announcements. The pub/sub side is in
+//! epoch check) and the refresher that checks on announcements. The pub/sub side is in
 //! `listener`.
 
 use std::sync::Arc;
@@ -18,7 +18,8 @@ fn every(period: Duration) -> tokio::time::Interval {
 }
 
 /// Every period: the heartbeat of a member (which also removes dead members, samples the clock
-/// and re-reads the membership), or the snapshot of an observer. Failures (a lost
+/// and re-reads the membership if its epoch changed), or the conditional snapshot of an
+/// observer. Failures (a lost
 /// connection, a failover under way) are retried next period and logged once per outage; a
 /// slow round trip is cut off after the operation timeout, so nothing holds the next beat up.
 pub(crate) async fn heartbeat_loop(shared: Arc<Shared>) {
@@ -57,7 +58,8 @@ pub(crate) async fn heartbeat_loop(shared: Arc<Shared>) {
     }
 }
 
-/// Re-reads the membership whenever asked (announcements); requests that arrive during a
+/// Checks the membership whenever asked (announcements, a restored subscription), reading the
+/// registry only if the epoch is not the one this node holds; requests that arrive during a
 /// read are folded into one more read.
 pub(crate) async fn refresh_loop(shared: Arc<Shared>) {
     loop {

@@ -21,6 +21,9 @@ pub(crate) struct Keys {
     /// own key expired while still registered, or a long gap since its previous one); nobody
     /// is removed while it is.
     pub(crate) stall: String,
+    /// ZSET node id -> heartbeat deadline (ms on the server's `TIME`): a heartbeat finds
+    /// the dead at its low end, without a command per member.
+    pub(crate) deadlines: String,
 }
 
 impl Keys {
@@ -32,11 +35,15 @@ impl Keys {
             epoch: format!("{base}epoch"),
             events: format!("{base}events"),
             stall: format!("{base}stall"),
+            deadlines: format!("{base}deadlines"),
             base,
         }
     }
 
-    /// STRING with a TTL: present while `node` is alive.
+    /// STRING with a TTL: present while `node` is alive. This release finds the dead by
+    /// [`Keys::deadlines`], but keeps setting this key for the previous release, which
+    /// checks it for every member; it checks it in turn for members without a deadline
+    /// (nodes of the previous release).
     pub(crate) fn heartbeat(&self, node: &str) -> String {
         format!("{}hb:{node}", self.base)
     }
@@ -66,6 +73,7 @@ mod tests {
         assert_eq!(keys.heartbeat("n1"), "dq:{cluster}:hb:n1");
         assert_eq!(keys.events, "dq:{cluster}:events");
         assert_eq!(keys.stall, "dq:{cluster}:stall");
+        assert_eq!(keys.deadlines, "dq:{cluster}:deadlines");
         assert_eq!(keys.node_wake_channel("n1"), "dq:{cluster}:wake:n1");
         // The storage keys of this partition are `dq:{orders:7}:due`, ...: the same slot.
         assert_eq!(

@@ -1,7 +1,8 @@
 //! The pub/sub side of a Redis coordinator: one [`Subscriber`] (delayq-redis: `SUBSCRIBE` on
 //! one server or a Sentinel master, sharded `SSUBSCRIBE` on a Redis Cluster) that hears
 //!
-//! - the membership announcements (`{cluster}` slot): each asks for a re-read;
+//! - the membership announcements (`{cluster}` slot): each asks for a read (of the registry,
+//!   when the epoch is not the one this node holds);
 //! - for a member, its own node channel (`{cluster}` slot): wake-ups for partitions nobody
 //!   listened to when they were sent;
 //! - for a member, the wake-up channel of every partition given to
@@ -148,7 +149,7 @@ impl Listener {
     /// and nothing else arrived either. Sends the probe when it is time.
     async fn deaf(&self, probe: &mut Option<Instant>) -> bool {
         let Some(channel) = &self.node_channel else {
-            // An observer hears announcements only; it re-reads every period anyway.
+            // An observer hears announcements only; it checks the epoch every period anyway.
             return false;
         };
         let shared = &self.shared;

@@ -3,11 +3,13 @@
 //!
 //! # Keys and channels
 //! The membership lives under `<prefix>:{cluster}:` (one hash tag, one Redis Cluster slot):
-//! `registry` (HASH node id -> JSON entry), `hb:<node id>` (a heartbeat with a `PX` TTL),
-//! `epoch` (the membership epoch), `stall` (set for one TTL after a stall), and the pub/sub
-//! channels `events` (membership announcements) and `wake:<node id>` (wake-ups for
-//! partitions nobody listened to). Every membership script, and the `TIME` the cluster clock
-//! is read from, goes to the master serving that slot.
+//! `registry` (HASH node id -> JSON entry), `deadlines` (ZSET node id -> the server time in
+//! ms at which its heartbeat expires), `hb:<node id>` (a heartbeat with a `PX` TTL, for the
+//! previous release, which checks it for every member), `epoch` (the membership epoch),
+//! `stall` (set for one TTL after a stall), and the pub/sub channels `events` (membership
+//! announcements, payload the new epoch) and `wake:<node id>` (wake-ups for partitions
+//! nobody listened to). Every membership script, and the `TIME` the cluster clock is read
+//! from, goes to the master serving that slot.
 //!
 //! Each partition's wake-ups travel on a channel in the partition's own slot,
 //! `<prefix>:{<queue>:<partition>}:wake`: `SPUBLISH`/`SSUBSCRIBE` on a cluster (so wake-ups
@@ -20,9 +22,32 @@
 //! Every change of the member set (join, leave, removal of the dead) happens in one Lua script
 //! that changes the registry and bumps the epoch together, at most once per call, and then
 //! announces the new epoch. Every read takes the epoch and the registry together, so two
-//! nodes that see the same epoch see the same members. A node re-reads on each announcement
-//! and on each heartbeat, so a lost announcement or a dropped subscription only delays an
-//! update.
+//! nodes that see the same epoch see the same members.
+//!
+//! # What membership costs
+//! A heartbeat costs the same with 10 members as with 1,000 (guarantee 12): it refreshes this
+//! node's entry, `hb:<id>` key and deadline, and looks only at the low end of `deadlines`
+//! (the deadlines already past, at most 64 per call; more are removed by the next calls),
+//! never at every member. Each script is told the epoch the node holds and answers with the
+//! current one; the registry comes with the answer only when the two differ (or after a
+//! stall, or when the node was added), so an unchanged membership costs O(1) commands and
+//! bytes, and a change is read once per node. The node asks on each announcement (a
+//! conditional read: its own announcements cost no registry) and on each heartbeat (an
+//! observer: each period), so a lost announcement or a dropped subscription delays an update
+//! by one period at most. A registry write that bumps no epoch is seen with the next change:
+//! delayq makes none that matters (a heartbeat rewrites the node's entry, but only its
+//! `last_heartbeat_ms` changes, which is not part of the membership; `delayq nodes` reads
+//! the registry itself).
+//!
+//! # Rolling upgrades
+//! The previous release finds the dead by checking every member's `hb:<id>` key with
+//! `EXISTS`, and knows nothing of `deadlines`. So this release keeps setting its `hb:<id>`
+//! key with its TTL (the old nodes see it alive, and remove it when it dies; the deadline it
+//! leaves behind is dropped by the next new heartbeat that finds it past, without a bump),
+//! and each registry read names the members registered without a deadline (nodes of the
+//! previous release): until the next read, every heartbeat checks their `hb:<id>` keys, as
+//! the previous release did. That costs one `EXISTS` per old node per heartbeat while old
+//! nodes remain, and nothing once the upgrade is over.
 //!
 //! # After an outage
 //! A node whose entry vanished (its heartbeat expired during an outage and another node
@@ -35,15 +60,17 @@
 //! # After a stall or a failover
 //! When Redis stands still for longer than the heartbeat TTL (a fork, a slow fsync,
 //! `DEBUG SLEEP`), every heartbeat expires at once. The first heartbeat after it finds its
-//! own key expired while its entry is still registered: nobody removed it, so it was not
+//! own deadline passed while its entry is still registered: nobody removed it, so it was not
 //! the only one silent. It sets the `stall` marker for one TTL, and while that is set no
 //! heartbeat removes anybody: every live node beats again within the TTL, and the
 //! membership does not change. A failover (a Sentinel promotion, a Cluster failover of the
 //! `{cluster}` slot) is the same from the nodes' side: nobody can write until the new master
 //! is in charge, and it may lack the last refreshes. So a heartbeat that comes at least
 //! `heartbeat_ttl - heartbeat_period` after this node's previous one (measured on the
-//! server's `TIME`) sets the marker too, even if its own key survived: the others' keys,
-//! refreshed up to a period earlier, may not have. Failed round trips are retried every
+//! server's `TIME`) sets the marker too, even if its own deadline survived: the others',
+//! refreshed up to a period earlier, may not have; such a heartbeat also reads the registry
+//! whatever the epoch (a failover may have lost the last bump, and the next one may reuse
+//! its number). Failed round trips are retried every
 //! period, and the connection layer finds the new master by itself. A node that was itself
 //! paused (GC, SIGSTOP) and came back before anybody removed it sets the marker as well,
 //! harmlessly; one removed meanwhile finds its entry gone and re-registers. A node that
@@ -108,7 +135,7 @@ const CLOCK_WARMUP_SAMPLES: usize = 3;
 /// ```
 pub struct RedisCoordinator {
     shared: Arc<Shared>,
-    /// The heartbeat (member) or periodic re-read (observer).
+    /// The heartbeat (member) or periodic epoch check (observer).
     heartbeat: TaskGroup,
     /// The subscriber and the refresher.
     listeners: TaskGroup,
@@ -151,8 +178,8 @@ impl RedisCoordinator {
     }
 
     /// Follows the cluster on the Redis of `redis` without joining it (a producer): the
-    /// membership and the cluster clock are kept up to date (re-read every
-    /// `heartbeat_period` and on each announcement), [`Coordinator::wake`] and
+    /// membership and the cluster clock are kept up to date (the epoch is checked every
+    /// `heartbeat_period` and on each announcement, the registry read when it changed), [`Coordinator::wake`] and
     /// [`Coordinator::nodes`] work, but the node never registers, so it owns nothing,
     /// receives no wake-ups ([`Coordinator::take_wakeups`] returns `None`) and never removes
     /// dead members.
@@ -233,7 +260,7 @@ impl RedisCoordinator {
             .saturating_sub(started.elapsed())
             .max(shared.operation_timeout);
         if tokio::time::timeout(budget, subscribed).await.is_err() {
-            tracing::warn!(node = %shared.id, "pub/sub subscription not up yet; it keeps retrying, and membership is re-read every heartbeat meanwhile");
+            tracing::warn!(node = %shared.id, "pub/sub subscription not up yet; it keeps retrying, and the membership epoch is checked every heartbeat meanwhile");
         }
 
         let reply = shared.heartbeat().await?;
@@ -283,7 +310,8 @@ impl RedisCoordinator {
             .run_script(
                 &ScriptCall::new(&scripts::SNAPSHOT)
                     .key(&keys.registry)
-                    .key(&keys.epoch),
+                    .key(&keys.epoch)
+                    .key(&keys.deadlines),
             )
             .await
             .map_err(|error| CoordinatorError::from_redis("read membership", error))?;
@@ -292,9 +320,14 @@ impl RedisCoordinator {
                 operation: "read membership",
                 message: format!("unexpected reply of the snapshot script: {error}"),
             })?;
-        Ok(ScriptReply::from_raw(raw).membership(|error| {
-            tracing::warn!(%error, "corrupt registry entry left out of the membership");
-        }))
+        ScriptReply::from_raw(raw)
+            .membership(|error| {
+                tracing::warn!(%error, "corrupt registry entry left out of the membership");
+            })
+            .ok_or(CoordinatorError::Backend {
+                operation: "read membership",
+                message: "the snapshot script did not return the registry".to_owned(),
+            })
     }
 }
 

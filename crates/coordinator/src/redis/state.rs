@@ -17,6 +17,22 @@ use crate::api::{publish_if_changed, CoordinatorConfig, Membership, NodeId};
 use crate::clock::{ClockSample, ClusterClock};
 use crate::error::{CoordinatorError, CoordinatorResult};
 
+/// The most passed deadlines one heartbeat examines (and removes). More dead members than
+/// this at once (a whole rack) are removed by the next heartbeats, of this node or others.
+pub(crate) const PASSED_DEADLINES_PER_BEAT: u32 = 64;
+
+/// What the last registry read that was applied said.
+#[derive(Debug, Default)]
+struct Applied {
+    /// The number of that read (0: none yet).
+    read: u64,
+    /// Its epoch: a script reads the registry again only when the epoch differs.
+    epoch: Option<u64>,
+    /// The other members it named without a heartbeat deadline (nodes of the previous
+    /// release): each heartbeat checks their `hb:<id>` keys, as that release did.
+    without_deadline: Vec<NodeId>,
+}
+
 pub(crate) struct Shared {
     pub(crate) id: NodeId,
     pub(crate) keys: Keys,
@@ -32,7 +48,7 @@ pub(crate) struct Shared {
     /// Reads are numbered when sent; a reply older than the last one applied is not applied,
     /// so a slow read never rolls the membership back.
     next_read: AtomicU64,
-    applied_read: Mutex<u64>,
+    applied: Mutex<Applied>,
     /// The highest epoch seen: the floor of the next bump (the epoch never goes backwards,
     /// even when Redis restarted empty or a failover lost the last bump).
     highest_epoch: AtomicU64,
@@ -61,7 +77,7 @@ impl Shared {
             refresh: Notify::new(),
             entry: entry.map(Mutex::new),
             next_read: AtomicU64::new(0),
-            applied_read: Mutex::new(0),
+            applied: Mutex::new(Applied::default()),
             highest_epoch: AtomicU64::new(0),
             last_beat_server_ms: AtomicU64::new(0),
             corrupt_warned: Mutex::new(HashSet::new()),
@@ -88,7 +104,8 @@ impl Shared {
     }
 
     /// Registers or refreshes this node and removes the members whose heartbeat expired, in
-    /// one round trip that also samples the clock and re-reads the membership.
+    /// one round trip that also samples the clock, and re-reads the membership if its epoch
+    /// is not the one this node holds (O(1) on Redis when nothing changed).
     pub(crate) async fn heartbeat(&self) -> CoordinatorResult<ScriptReply> {
         let Some(entry) = &self.entry else {
             return self.snapshot().await;
@@ -98,22 +115,20 @@ impl Shared {
             entry.last_heartbeat_ms = self.clock.now_ms();
             entry.to_json()
         };
-        // The members to check are those of the last membership seen; a member that joined
-        // since then has a fresh heartbeat anyway and is checked next period.
-        let others: Vec<NodeId> = self
-            .membership
-            .borrow()
-            .members
-            .iter()
-            .filter(|member| member.id != self.id)
-            .map(|member| member.id.clone())
-            .collect();
+        // Only the members without a deadline (the previous release's nodes) are checked one
+        // by one; the others' deadlines are found at the low end of the `deadlines` ZSET. A
+        // member that joined since the last read has a fresh heartbeat anyway.
+        let (held, legacy) = {
+            let applied = self.applied.lock();
+            (applied.epoch, applied.without_deadline.clone())
+        };
         let mut call = ScriptCall::new(&scripts::HEARTBEAT)
             .key(&self.keys.registry)
             .key(&self.keys.epoch)
             .key(self.keys.heartbeat(self.id.as_str()))
-            .key(&self.keys.stall);
-        for other in &others {
+            .key(&self.keys.stall)
+            .key(&self.keys.deadlines);
+        for other in &legacy {
             call = call.key(self.keys.heartbeat(other.as_str()));
         }
         call = call
@@ -124,8 +139,10 @@ impl Shared {
             .arg(&self.keys.events)
             .arg(self.publish_command())
             .arg(self.last_beat_server_ms.load(Ordering::SeqCst))
-            .arg(self.stall_gap().as_millis() as u64);
-        for other in &others {
+            .arg(self.stall_gap().as_millis() as u64)
+            .arg(held_arg(held))
+            .arg(PASSED_DEADLINES_PER_BEAT);
+        for other in &legacy {
             call = call.arg(other.as_str());
         }
         let reply = self.run("heartbeat", &call).await?;
@@ -141,6 +158,7 @@ impl Shared {
             .key(&self.keys.registry)
             .key(&self.keys.epoch)
             .key(self.keys.heartbeat(self.id.as_str()))
+            .key(&self.keys.deadlines)
             .arg(self.id.as_str())
             .arg(self.highest_epoch.load(Ordering::SeqCst))
             .arg(&self.keys.events)
@@ -148,11 +166,15 @@ impl Shared {
         self.run("leave", &call).await
     }
 
-    /// Re-reads epoch and registry (and samples the clock); writes nothing.
+    /// Reads the epoch, and the registry if the epoch is not the one this node holds (and
+    /// samples the clock); writes nothing.
     pub(crate) async fn snapshot(&self) -> CoordinatorResult<ScriptReply> {
+        let held = self.applied.lock().epoch;
         let call = ScriptCall::new(&scripts::SNAPSHOT)
             .key(&self.keys.registry)
-            .key(&self.keys.epoch);
+            .key(&self.keys.epoch)
+            .key(&self.keys.deadlines)
+            .arg(held_arg(held));
         self.run("snapshot", &call).await
     }
 
@@ -227,25 +249,44 @@ impl Shared {
         }
     }
 
+    /// Applies a reply: the highest epoch always, the membership when the reply read the
+    /// registry and no later read was applied already.
     fn apply(&self, read: u64, reply: &ScriptReply) {
         self.highest_epoch.fetch_max(reply.epoch, Ordering::SeqCst);
-        let membership = reply.membership(|error| {
+        let Some(membership) = reply.membership(|error| {
             if let CoordinatorError::CorruptEntry { node, reason } = &error {
                 if self.corrupt_warned.lock().insert(node.clone()) {
                     tracing::warn!(node = %self.id, member = %node, %reason, "corrupt registry entry left out of the membership");
                 }
             }
-        });
-        let mut applied = self.applied_read.lock();
-        if read <= *applied {
+        }) else {
+            return;
+        };
+        let mut applied = self.applied.lock();
+        if read <= applied.read {
             return;
         }
-        *applied = read;
+        applied.read = read;
+        applied.epoch = Some(membership.epoch);
+        applied.without_deadline = reply
+            .without_deadline
+            .iter()
+            .filter(|id| id.as_str() != self.id.as_str())
+            .map(NodeId::from_string)
+            .collect();
+        if !applied.without_deadline.is_empty() {
+            tracing::debug!(node = %self.id, epoch = membership.epoch, count = applied.without_deadline.len(), "members without a heartbeat deadline (previous release): checked by their heartbeat keys");
+        }
         let (epoch, members) = (membership.epoch, membership.members.len());
         if publish_if_changed(&self.membership, membership) {
             tracing::debug!(node = %self.id, epoch, members, "membership changed");
         }
     }
+}
+
+/// The epoch a caller holds as a script argument: empty when it holds none (read anyway).
+fn held_arg(held: Option<u64>) -> String {
+    held.map(|epoch| epoch.to_string()).unwrap_or_default()
 }
 
 /// How long one coordinator round trip may take before it counts as failed.

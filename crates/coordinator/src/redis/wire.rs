@@ -89,39 +89,63 @@ pub(crate) struct ScriptReply {
     pub(crate) added: bool,
     /// Members the script removed.
     pub(crate) removed: Vec<String>,
-    /// The registry after the script, as (id, JSON) pairs.
-    pub(crate) registry: Vec<(String, String)>,
-    /// The heartbeat found this node's own heartbeat expired while it was still registered
-    /// (a stall of Redis or of this node): it removed nobody.
+    /// The registry after the script, as (id, JSON) pairs; `None` when the script did not
+    /// read it (the caller already held `epoch`).
+    pub(crate) registry: Option<Vec<(String, String)>>,
+    /// The ids of the registered members without a heartbeat deadline (nodes of the
+    /// previous release, checked by their `hb:<id>` key); empty when the registry was not
+    /// read.
+    pub(crate) without_deadline: Vec<String>,
+    /// The heartbeat found this node's own heartbeat expired while it was still registered,
+    /// or a long gap since its previous one (a stall of Redis or of this node, a failover):
+    /// it removed nobody.
     pub(crate) stalled: bool,
 }
 
 /// The raw shape of a script reply, as redis-rs converts it.
-pub(crate) type RawReply = (u64, u64, u64, u8, Vec<String>, Vec<String>, u8);
+pub(crate) type RawReply = (
+    u64,
+    u64,
+    u64,
+    u8,
+    Vec<String>,
+    Vec<String>,
+    u8,
+    u8,
+    Vec<String>,
+);
 
 impl ScriptReply {
     pub(crate) fn from_raw(raw: RawReply) -> Self {
-        let (seconds, micros, epoch, added, removed, flat, stalled) = raw;
-        let mut registry = Vec::with_capacity(flat.len() / 2);
-        let mut fields = flat.into_iter();
-        while let (Some(id), Some(json)) = (fields.next(), fields.next()) {
-            registry.push((id, json));
-        }
+        let (seconds, micros, epoch, added, removed, flat, stalled, read, without_deadline) = raw;
+        let registry = (read == 1).then(|| {
+            let mut registry = Vec::with_capacity(flat.len() / 2);
+            let mut fields = flat.into_iter();
+            while let (Some(id), Some(json)) = (fields.next(), fields.next()) {
+                registry.push((id, json));
+            }
+            registry
+        });
         ScriptReply {
             server_us: seconds.saturating_mul(1_000_000) + micros,
             epoch,
             added: added == 1,
             removed,
             registry,
+            without_deadline,
             stalled: stalled == 1,
         }
     }
 
-    /// The membership this reply describes. Corrupt entries are left out (every node reads the
-    /// same bytes, so every node leaves out the same ones) and handed to `on_corrupt`.
-    pub(crate) fn membership(&self, mut on_corrupt: impl FnMut(CoordinatorError)) -> Membership {
-        let mut members: Vec<Member> = self
-            .registry
+    /// The membership this reply describes, `None` when it did not read the registry.
+    /// Corrupt entries are left out (every node reads the same bytes, so every node leaves
+    /// out the same ones) and handed to `on_corrupt`.
+    pub(crate) fn membership(
+        &self,
+        mut on_corrupt: impl FnMut(CoordinatorError),
+    ) -> Option<Membership> {
+        let registry = self.registry.as_ref()?;
+        let mut members: Vec<Member> = registry
             .iter()
             .filter_map(|(id, json)| match decode_entry(id, json) {
                 Ok(info) => Some(info.member()),
@@ -132,10 +156,10 @@ impl ScriptReply {
             })
             .collect();
         members.sort_by(|a, b| a.id.cmp(&b.id));
-        Membership {
+        Some(Membership {
             epoch: self.epoch,
             members,
-        }
+        })
     }
 }
 
@@ -267,13 +291,29 @@ mod tests {
                 entry("a"),
             ],
             0,
+            1,
+            vec!["x".to_owned()],
         ));
         assert_eq!(reply.server_us / 1_000, 1_700_000_000_250);
+        assert_eq!(reply.without_deadline, ["x"]);
         let mut corrupt = Vec::new();
-        let membership = reply.membership(|error| corrupt.push(error));
+        let membership = reply
+            .membership(|error| corrupt.push(error))
+            .expect("the registry was read");
         assert_eq!(membership.epoch, 7);
         let ids: Vec<&str> = membership.members.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["a", "b"]);
         assert_eq!(corrupt.len(), 1);
+    }
+
+    #[test]
+    fn a_reply_that_did_not_read_the_registry_describes_no_membership() {
+        let reply = ScriptReply::from_raw((1, 0, 7, 0, vec![], vec![], 0, 0, vec![]));
+        assert_eq!(reply.epoch, 7);
+        assert!(reply.registry.is_none());
+        assert!(reply.membership(|_| {}).is_none());
+        // An empty registry that was read is an empty membership, not "unknown".
+        let reply = ScriptReply::from_raw((1, 0, 7, 0, vec![], vec![], 0, 1, vec![]));
+        assert_eq!(reply.membership(|_| {}).map(|m| m.members.len()), Some(0));
     }
 }
