@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use bytes::Bytes;
-use delayq_coordinator::{owned_partitions, NodeInfo};
+use delayq_coordinator::NodeInfo;
 use delayq_storage::{
     partition_of, DeadTask, Partition, QueueName, ScheduleOutcome, TaskId, TaskState, MAX_DUE_MS,
 };
@@ -233,30 +233,26 @@ impl Scheduler {
 
     /// The live nodes (the members of the cluster) with the partitions each owns, sorted by
     /// id. Registry entries of nodes that are no longer members are left out.
+    ///
+    /// Each `(queue, partition)`'s owner is computed once (O(members × partitions in all)),
+    /// and the counts are cached until the membership or the queue registry changes, so a
+    /// repeated call costs the registry reads and no hashing. Heartbeat ages are fresh on
+    /// every call.
     pub async fn nodes(&self) -> EngineResult<Vec<NodeStatus>> {
         let nodes = self.coordinator().nodes().await?;
         let queues = self.store().queues().await?;
-        let members = self.membership().members;
+        let ownership = self.reads.ownership.get(self.membership(), queues).await;
         let now_ms = self.now_ms();
         Ok(nodes
             .into_iter()
-            .filter(|node| members.iter().any(|member| member.id == node.id))
-            .map(|info| {
-                let partitions_by_queue: BTreeMap<String, usize> = queues
-                    .iter()
-                    .map(|(queue, partitions)| {
-                        let owned =
-                            owned_partitions(&info.id, queue.as_str(), *partitions, &members);
-                        (queue.as_str().to_owned(), owned.len())
-                    })
-                    .filter(|(_, owned)| *owned > 0)
-                    .collect();
-                NodeStatus {
-                    partitions: partitions_by_queue.values().sum(),
-                    partitions_by_queue,
+            .filter_map(|info| {
+                let owned = ownership.get(&info.id)?;
+                Some(NodeStatus {
+                    partitions: owned.total,
+                    partitions_by_queue: owned.by_queue.clone(),
                     heartbeat_age_ms: now_ms.saturating_sub(info.last_heartbeat_ms),
                     info,
-                }
+                })
             })
             .collect())
     }

@@ -40,6 +40,7 @@ mod handler;
 mod health;
 mod limits;
 mod partition;
+mod read_cache;
 pub mod recurring;
 mod runtime;
 mod scheduler;

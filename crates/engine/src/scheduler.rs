@@ -9,7 +9,6 @@ use delayq_storage::{
     partition_of, validate_due, Cancel, NewTask, Partition, PartitionStats, QueueName,
     ScheduleMode, ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore,
 };
-use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio_util::task::TaskTracker;
 
 use crate::builder::SchedulerBuilder;
@@ -46,6 +45,8 @@ use crate::task::{Scheduled, When};
 pub struct Scheduler {
     pub(crate) runtime: Arc<Runtime>,
     loops: Arc<TaskTracker>,
+    /// What `nodes` and `stats` cache between requests (shared by the clones).
+    pub(crate) reads: Arc<crate::read_cache::ReadCaches>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -99,6 +100,7 @@ impl Scheduler {
         Scheduler {
             runtime,
             loops: Arc::new(TaskTracker::new()),
+            reads: Arc::default(),
         }
     }
 
@@ -353,28 +355,12 @@ impl Scheduler {
         Ok(self.runtime.store.get(&partition, &id).await?)
     }
 
-    /// Counts per queue (every queue the store knows), summed over the partitions.
+    /// Counts per queue (every queue the store knows), summed over the partitions, from a
+    /// read that started after this call. One read of every partition, at most 16
+    /// partitions at once; reads of one scheduler run one at a time and concurrent callers
+    /// share them (see [`Scheduler::stats_within`]).
     pub async fn stats(&self) -> EngineResult<BTreeMap<String, PartitionStats>> {
-        let store = self.runtime.store.clone();
-        let now = self.now_ms();
-        let mut totals = BTreeMap::new();
-        for (queue, partitions) in store.queues().await? {
-            let per_partition: Vec<PartitionStats> = stream::iter(0..partitions)
-                .map(|index| {
-                    let store = store.clone();
-                    let partition = Partition::new(queue.clone(), index);
-                    async move { store.stats(&partition, now).await }
-                })
-                .buffer_unordered(16)
-                .try_collect()
-                .await?;
-            let mut total = PartitionStats::default();
-            for stats in per_partition {
-                total += stats;
-            }
-            totals.insert(queue.as_str().to_owned(), total);
-        }
-        Ok(totals)
+        self.stats_within(std::time::Duration::ZERO).await
     }
 
     /// Graceful shutdown: stop claiming, leave the cluster at once (so the others take the
