@@ -5,7 +5,9 @@
 //! nothing, so a service that embeds delayq chooses its own. The queue counts
 //! (`delayq_queue_tasks{queue,state}`) need a read of every partition, so a scrape reuses
 //! the last read for [`HttpOptions::queue_stats_ttl`](crate::HttpOptions) and concurrent
-//! scrapes share one refresh.
+//! scrapes share one refresh. The read itself is [`Scheduler::stats`]: 16 partitions at once
+//! over all queues, and one read at a time per scheduler, shared with the `GET /v1/queues`
+//! callers (the dashboard) waiting at the same time.
 
 use std::time::{Duration, Instant};
 
