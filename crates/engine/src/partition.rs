@@ -10,7 +10,10 @@
 //! later than its next pending due minus `prefetch_window` (each look learns that due). It is
 //! busy again at once when it has work: a wake-up or the owner's own schedule
 //! ([`PartitionWorker::wake`], [`PartitionWorker::expect`]), a timer entry, a look that finds
-//! something. So an idle cluster costs Redis one call per partition per idle period.
+//! something. An idle look is light: one plain read of the earliest pending due (nothing is
+//! in flight in an idle partition, so there is nothing to sweep); every [`FULL_LOOK_EVERY`]th
+//! is a full look (`look.lua`: sweep, pruning, window). So an idle cluster costs Redis about
+//! one command per partition per idle period.
 //!
 //! Bounds that follow: a task scheduled by another node into an idle partition is announced
 //! by a wake-up (producers announce every task due within `idle_pull_period` +
@@ -25,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_storage::{ClaimBatch, LookRequest, Partition};
+use delayq_storage::{ClaimBatch, LookRequest, Partition, MAX_DUE_MS};
 use rand::Rng;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
@@ -46,6 +49,13 @@ const SLOT_GATHERING: Duration = Duration::from_millis(1);
 /// partition counts as idle. More than one, so that a partition just gained (whose previous
 /// owner may still be claiming for a moment) or just drained is watched for a while.
 pub(crate) const LOOKS_BEFORE_IDLE: u32 = 3;
+
+/// Every this many looks at an idle partition, one is a full look (lease sweep, pruning,
+/// window); the others only read the earliest pending due, one plain command. An idle
+/// partition has nothing in flight (or it would not be idle), so the sweep has nothing to do
+/// there, and completed records are forgotten on the full looks, within this many idle
+/// periods of their retention running out.
+pub(crate) const FULL_LOOK_EVERY: u32 = 10;
 
 /// How many expired leases one look puts back.
 const REQUEUE_LIMIT: usize = 1_000;
@@ -86,6 +96,7 @@ impl PartitionWorker {
             backoff: RetryBackoff::new(),
             last_lease_deadline: 0,
             quiet_looks: 0,
+            idle_looks: 0,
             next_look: Instant::now(),
         };
         runtime_tasks.spawn(serving.run());
@@ -133,6 +144,8 @@ struct Serving {
     last_lease_deadline: u64,
     /// Looks in a row that found nothing due within the window and nothing in flight.
     quiet_looks: u32,
+    /// Looks since the partition became idle (see [`FULL_LOOK_EVERY`]).
+    idle_looks: u32,
     /// When the next look is planned.
     next_look: Instant,
 }
@@ -167,6 +180,7 @@ impl Serving {
     /// The partition has work: back on `pull_period` at once.
     fn busy(&mut self) {
         self.quiet_looks = 0;
+        self.idle_looks = 0;
         let soon = Instant::now() + self.runtime.config.engine.pull_period;
         self.next_look = self.next_look.min(soon);
     }
@@ -186,9 +200,67 @@ impl Serving {
         Instant::now() + Duration::from_millis(at_ms.saturating_sub(now_ms))
     }
 
-    /// One look: sweeps expired leases, prunes old completed records, prefetches the window's
-    /// due times into the timer, and plans the next look.
+    /// One look at the partition, and the plan for the next: a light look (the earliest
+    /// pending due only) while the partition is idle, a full one every [`FULL_LOOK_EVERY`]
+    /// idle looks, when a light look finds something within the window, and while busy.
     async fn look(&mut self) {
+        let idle = self.quiet_looks >= LOOKS_BEFORE_IDLE;
+        if idle && self.idle_looks % FULL_LOOK_EVERY != 0 && self.light_look().await {
+            return;
+        }
+        self.full_look().await;
+    }
+
+    /// Reads the partition's earliest pending due; returns false when it is within the
+    /// window (the caller looks in full at once), else plans the next idle look.
+    async fn light_look(&mut self) -> bool {
+        let runtime = self.runtime.clone();
+        let engine = &runtime.config.engine;
+        let now = runtime.clock.now_ms();
+        let window = engine.prefetch_window.as_millis() as u64;
+        self.worker.look_by_ms.store(u64::MAX, Ordering::Release);
+        let head = match runtime
+            .store
+            .peek_window(&self.partition, 0, MAX_DUE_MS, 1)
+            .await
+        {
+            Ok(head) => {
+                runtime.health.ok();
+                head.first().map(|(_, due)| *due)
+            }
+            Err(error) => {
+                runtime.health.failed("peek_window", &error);
+                self.next_look = Instant::now() + engine.pull_period;
+                return true;
+            }
+        };
+        if head.is_some_and(|due| due <= now.saturating_add(window)) {
+            return false;
+        }
+        self.idle_looks += 1;
+        self.next_look = Instant::now() + self.idle_delay(now, head);
+        self.replan();
+        true
+    }
+
+    /// How long an idle partition waits for its next look: `idle_pull_period` plus up to
+    /// half of it at random, but no longer than until `next_due` is within the window.
+    fn idle_delay(&self, now: u64, next_due: Option<u64>) -> Duration {
+        let engine = &self.runtime.config.engine;
+        let idle = engine.idle_pull_period;
+        let spread = rand::rng().random_range(0..=idle.as_millis() as u64 / 2);
+        let mut delay = idle + Duration::from_millis(spread);
+        if let Some(next_due) = next_due {
+            let window = engine.prefetch_window.as_millis() as u64;
+            let until = Duration::from_millis(next_due.saturating_sub(now + window));
+            delay = delay.min(until.max(engine.pull_period));
+        }
+        delay
+    }
+
+    /// A full look: sweeps expired leases, prunes old completed records, prefetches the
+    /// window's due times into the timer, and plans the next look.
+    async fn full_look(&mut self) {
         let runtime = self.runtime.clone();
         let engine = &runtime.config.engine;
         let now = runtime.clock.now_ms();
@@ -236,17 +308,13 @@ impl Serving {
             && report.earliest_lease_deadline_ms.is_none()
             && report.pruned < PRUNE_LIMIT as u64;
         self.quiet_looks = if quiet { self.quiet_looks + 1 } else { 0 };
-        let mut delay = engine.pull_period;
-        if self.quiet_looks >= LOOKS_BEFORE_IDLE {
-            let idle = engine.idle_pull_period;
-            let spread = rand::rng().random_range(0..=idle.as_millis() as u64 / 2);
-            delay = idle + Duration::from_millis(spread);
-            if let Some(next_due) = report.next_due_after_window_ms {
-                // Prefetched in time: look again once it is within the window.
-                let until = Duration::from_millis(next_due.saturating_sub(now + window));
-                delay = delay.min(until.max(engine.pull_period));
-            }
-        }
+        let delay = if self.quiet_looks >= LOOKS_BEFORE_IDLE {
+            self.idle_looks += 1;
+            self.idle_delay(now, report.next_due_after_window_ms)
+        } else {
+            self.idle_looks = 0;
+            engine.pull_period
+        };
         self.next_look = Instant::now() + delay;
         self.replan();
     }

@@ -17,24 +17,37 @@
 --            earliest lease deadline still in flight or false }
 
 local due_key, tasks_key, inflight_key, done_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now = string.format('%d', math.min(tonumber(ARGV[1]), redis_now_ms()))
-local requeued = requeue_leases(due_key, tasks_key, inflight_key, now, tonumber(ARGV[4]))
+-- Each step reads the head of its set first, so that a look at an idle partition (nothing in
+-- flight, nothing due within the window) runs three reads and nothing else.
+local requeued = {}
+local lease = redis.call('ZRANGE', inflight_key, 0, 0, 'WITHSCORES')
+if #lease == 2 and tonumber(lease[2]) < tonumber(ARGV[1]) then
+  local now = string.format('%d', math.min(tonumber(ARGV[1]), redis_now_ms()))
+  requeued = requeue_leases(due_key, tasks_key, inflight_key, now, tonumber(ARGV[4]))
+  lease = redis.call('ZRANGE', inflight_key, 0, 0, 'WITHSCORES')
+end
+local earliest_lease = false
+if #lease == 2 then
+  earliest_lease = lease[2]
+end
 local pruned = 0
 if tonumber(ARGV[5]) > 0 then
   pruned = prune_completed(tasks_key, done_key, ARGV[5], tonumber(ARGV[6]))
 end
 local limit = tonumber(ARGV[3])
-local window = redis.call('ZRANGEBYSCORE', due_key, '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit)
-local next_due = false
-if #window < 2 * limit then
-  local after = redis.call('ZRANGEBYSCORE', due_key, '(' .. ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if #after == 2 then
-    next_due = after[2]
+local window, next_due = {}, false
+local head = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
+if #head == 2 then
+  if tonumber(head[2]) > tonumber(ARGV[2]) then
+    next_due = head[2]
+  else
+    window = redis.call('ZRANGEBYSCORE', due_key, '-inf', ARGV[2], 'WITHSCORES', 'LIMIT', 0, limit)
+    if #window < 2 * limit then
+      local after = redis.call('ZRANGEBYSCORE', due_key, '(' .. ARGV[2], '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if #after == 2 then
+        next_due = after[2]
+      end
+    end
   end
-end
-local earliest_lease = false
-local lease = redis.call('ZRANGE', inflight_key, 0, 0, 'WITHSCORES')
-if #lease == 2 then
-  earliest_lease = lease[2]
 end
 return { requeued, pruned, window, next_due, earliest_lease }
