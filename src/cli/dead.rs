@@ -35,7 +35,9 @@ pub struct DeadRef {
     all: bool,
 }
 
-/// Prints the next pending tasks of the queue by due time.
+/// Prints the next pending tasks of the queue by due time, payloads as previews (the table:
+/// 40 characters; `--json`: the first 256 bytes with `payload_bytes` and
+/// `payload_truncated`); `delayq get` shows a payload whole.
 pub async fn pending(args: ListArgs, json: bool, config: Config) -> CliResult<()> {
     let scheduler = producer(config).await?;
     let result = scheduler
@@ -74,7 +76,8 @@ pub async fn pending(args: ListArgs, json: bool, config: Config) -> CliResult<()
     write_stdout(&table.render())
 }
 
-/// Prints the dead letters of the queue with their last error.
+/// Prints the dead letters of the queue with their last error (`--json`: payloads as
+/// previews, as for `pending`).
 pub async fn dead(args: ListArgs, json: bool, config: Config) -> CliResult<()> {
     let scheduler = producer(config).await?;
     let result = scheduler

@@ -81,6 +81,7 @@ impl From<EngineError> for CliError {
             EngineError::Config(_)
             | EngineError::InvalidWhen { .. }
             | EngineError::InvalidSpec(_)
+            | EngineError::InvalidLimit { .. }
             | EngineError::DuplicateHandler { .. } => true,
             EngineError::Storage(storage) => is_input_error(storage),
             EngineError::Coordinator(CoordinatorError::InvalidConfig { .. }) => true,

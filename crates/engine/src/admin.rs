@@ -2,8 +2,11 @@
 //! letters (list, retry, purge), the live nodes with the partitions each owns, readiness, and
 //! the node gauges of the metrics. The `delayq` command line and `delayq-http` use these.
 //!
-//! Every listing reads each partition of the queue (a queue is spread over its partitions),
-//! merges and cuts to the limit, so a limit of N costs one bounded read per partition.
+//! A listing of N entries (`pending`, `dead_letters`; N in 1..=[`MAX_LIST_LIMIT`], else
+//! [`EngineError::InvalidLimit`](crate::EngineError::InvalidLimit)) reads at most N records
+//! from the store overall: first the ids and scores of up to N entries of each partition (a
+//! queue is spread over its partitions), merged and cut to N, then the records of only those
+//! N. The payloads come whole; the HTTP API and the command line cut them to a preview.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -14,11 +17,12 @@ use delayq_storage::{
 };
 use futures::stream::{self, StreamExt, TryStreamExt};
 
-use crate::error::EngineResult;
+use crate::error::{EngineError, EngineResult};
 use crate::runtime::Runtime;
 use crate::scheduler::Scheduler;
 
-/// The most entries one listing returns, whatever limit is asked.
+/// The most entries one listing returns: a larger limit is refused
+/// ([`EngineError::InvalidLimit`]).
 pub const MAX_LIST_LIMIT: usize = 1_000;
 /// Partitions read at once by a listing.
 const READ_CONCURRENCY: usize = 16;
@@ -74,11 +78,15 @@ impl Readiness {
 }
 
 impl Scheduler {
-    /// The next `limit` (at most [`MAX_LIST_LIMIT`]) pending tasks of `queue` by due time,
+    /// The next `limit` (1..=[`MAX_LIST_LIMIT`]) pending tasks of `queue` by due time,
     /// retries waiting for their backoff included. Empty for an unknown queue.
+    ///
+    /// Reads the ids and due times of up to `limit` pending tasks per partition, keeps the
+    /// first `limit` overall, then reads the records of only those, so at most `limit`
+    /// records come from the store. A task claimed or cancelled in between is left out.
     pub async fn pending(&self, queue: &str, limit: usize) -> EngineResult<Vec<PendingTask>> {
         let queue = QueueName::new(queue)?;
-        let limit = limit.min(MAX_LIST_LIMIT);
+        let limit = checked_limit(limit)?;
         let Some(partitions) = self.partitions_for_read(&queue).await? else {
             return Ok(Vec::new());
         };
@@ -128,26 +136,63 @@ impl Scheduler {
         Ok(details.into_iter().flatten().collect())
     }
 
-    /// The oldest `limit` (at most [`MAX_LIST_LIMIT`]) dead letters of `queue`, by the time
-    /// they failed, with their last error and attempts. Empty for an unknown queue.
+    /// The oldest `limit` (1..=[`MAX_LIST_LIMIT`]) dead letters of `queue`, by the time they
+    /// failed (ties by id), with their last error and attempts. Empty for an unknown queue.
+    ///
+    /// Reads the ids and failure times of up to `limit` dead letters per partition, keeps the
+    /// oldest `limit` overall, then reads the records of only those (one read per partition
+    /// holding some), so at most `limit` records come from the store whatever the number of
+    /// partitions. A dead letter retried or purged in between is left out.
     pub async fn dead_letters(&self, queue: &str, limit: usize) -> EngineResult<Vec<DeadTask>> {
         let queue = QueueName::new(queue)?;
-        let limit = limit.min(MAX_LIST_LIMIT);
+        let limit = checked_limit(limit)?;
         let Some(partitions) = self.partitions_for_read(&queue).await? else {
             return Ok(Vec::new());
         };
         let store = self.store();
-        let mut dead: Vec<DeadTask> = stream::iter(0..partitions)
+        let mut entries: Vec<(u64, TaskId, u32)> = stream::iter(0..partitions)
             .map(|index| {
                 let store = store.clone();
                 let partition = Partition::new(queue.clone(), index);
-                async move { store.list_dead(&partition, limit).await }
+                async move {
+                    let peeked = store.peek_dead(&partition, limit).await?;
+                    Ok::<_, delayq_storage::StorageError>(
+                        peeked
+                            .into_iter()
+                            .map(|(id, failed_ms)| (failed_ms, id, index))
+                            .collect::<Vec<_>>(),
+                    )
+                }
+            })
+            .buffer_unordered(READ_CONCURRENCY)
+            .try_concat()
+            .await?;
+        entries.sort();
+        entries.truncate(limit);
+        // The ids kept from a partition are its oldest: its first `ids.len()` dead letters,
+        // unless some were retried or purged since (then the ones after them are not kept).
+        let mut shown: BTreeMap<u32, HashSet<TaskId>> = BTreeMap::new();
+        for (_, id, index) in entries {
+            shown.entry(index).or_default().insert(id);
+        }
+        let mut dead: Vec<DeadTask> = stream::iter(shown)
+            .map(|(index, ids)| {
+                let store = store.clone();
+                let partition = Partition::new(queue.clone(), index);
+                async move {
+                    let listed = store.list_dead(&partition, ids.len()).await?;
+                    Ok::<_, delayq_storage::StorageError>(
+                        listed
+                            .into_iter()
+                            .filter(|task| ids.contains(&task.id))
+                            .collect::<Vec<_>>(),
+                    )
+                }
             })
             .buffer_unordered(READ_CONCURRENCY)
             .try_concat()
             .await?;
         dead.sort_by(|a, b| (a.failed_ms, &a.id).cmp(&(b.failed_ms, &b.id)));
-        dead.truncate(limit);
         Ok(dead)
     }
 
@@ -181,10 +226,11 @@ impl Scheduler {
             let mut seen: HashSet<TaskId> = HashSet::new();
             loop {
                 let now = self.now_ms();
-                let dead = store.list_dead(&partition, RETRY_CHUNK).await?;
+                // Ids only: a retry needs no payload.
+                let dead = store.peek_dead(&partition, RETRY_CHUNK).await?;
                 let fresh: Vec<TaskId> = dead
                     .into_iter()
-                    .map(|task| task.id)
+                    .map(|(id, _)| id)
                     .filter(|id| !seen.contains(id))
                     .collect();
                 if fresh.is_empty() {
@@ -279,6 +325,19 @@ impl Scheduler {
             return Ok(None);
         };
         Ok(Some(Partition::new(queue, partition_of(&id, partitions))))
+    }
+}
+
+/// `limit` when it is in 1..=[`MAX_LIST_LIMIT`], else [`EngineError::InvalidLimit`] naming it
+/// (the HTTP API and the command line refuse such a limit too).
+fn checked_limit(limit: usize) -> EngineResult<usize> {
+    if (1..=MAX_LIST_LIMIT).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(EngineError::InvalidLimit {
+            limit,
+            max: MAX_LIST_LIMIT,
+        })
     }
 }
 

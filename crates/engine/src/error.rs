@@ -77,6 +77,15 @@ pub enum EngineError {
         /// Its dead letters.
         dead: u64,
     },
+    /// A listing (`pending`, `dead_letters`) asked for no entries or for more than
+    /// [`MAX_LIST_LIMIT`](crate::admin::MAX_LIST_LIMIT).
+    #[error("invalid limit {limit}: expected 1..={max}")]
+    InvalidLimit {
+        /// The limit asked for.
+        limit: usize,
+        /// The most a listing returns.
+        max: usize,
+    },
     /// The scheduler is shutting down or was shut down.
     #[error("the scheduler is shut down")]
     ShutDown,

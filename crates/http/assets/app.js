@@ -7,7 +7,9 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-const LIST_LIMIT = 50;
+// Entries of each list (upcoming, dead letters) per refresh: the server reads that many
+// records from Redis and sends each payload cut to a preview.
+const LIST_LIMIT = 20;
 const TOKEN_KEY = "delayq-token";
 
 function meta(name) {

@@ -54,7 +54,8 @@ impl From<EngineError> for ApiError {
             EngineError::Storage(storage) => return storage_status(storage, error.to_string()),
             EngineError::InvalidWhen { .. }
             | EngineError::InvalidPayload { .. }
-            | EngineError::InvalidSpec(_) => StatusCode::BAD_REQUEST,
+            | EngineError::InvalidSpec(_)
+            | EngineError::InvalidLimit { .. } => StatusCode::BAD_REQUEST,
             EngineError::Coordinator(CoordinatorError::InvalidConfig { .. })
             | EngineError::Config(_)
             | EngineError::DuplicateHandler { .. } => StatusCode::INTERNAL_SERVER_ERROR,

@@ -22,6 +22,41 @@ pub fn insert_payload(object: &mut Map<String, Value>, payload: &[u8]) {
     };
 }
 
+/// The most payload bytes a listing (`pending`, `dead`) shows per task; `get` of the task
+/// shows the whole payload.
+pub const PAYLOAD_PREVIEW_BYTES: usize = 256;
+
+/// Puts a preview of the payload into `object`, as the listings show it: its first
+/// [`PAYLOAD_PREVIEW_BYTES`] bytes, as `"payload"` when the whole payload is UTF-8 (cut at a
+/// character boundary) or else as `"payload_base64"` (the same key as [`insert_payload`]
+/// chooses for the whole payload), with `"payload_bytes"` (the size of the whole payload)
+/// and `"payload_truncated"` (whether the preview is shorter than the payload).
+pub fn insert_payload_preview(object: &mut Map<String, Value>, payload: &[u8]) {
+    let shown = match std::str::from_utf8(payload) {
+        Ok(text) => {
+            let mut end = text.len().min(PAYLOAD_PREVIEW_BYTES);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            object.insert("payload".to_owned(), Value::from(&text[..end]));
+            end
+        }
+        Err(_) => {
+            let end = payload.len().min(PAYLOAD_PREVIEW_BYTES);
+            object.insert(
+                "payload_base64".to_owned(),
+                Value::from(base64::engine::general_purpose::STANDARD.encode(&payload[..end])),
+            );
+            end
+        }
+    };
+    object.insert("payload_bytes".to_owned(), Value::from(payload.len()));
+    object.insert(
+        "payload_truncated".to_owned(),
+        Value::from(shown < payload.len()),
+    );
+}
+
 /// A task as `delayq get` prints it: queue, id, state, due_ms, attempt, generation, payload,
 /// last_error, state_since_ms.
 pub fn task(queue: &str, info: &TaskInfo) -> Value {
@@ -91,7 +126,8 @@ fn node(status: &NodeStatus) -> Value {
     })
 }
 
-/// The next pending tasks as `delayq pending --json` prints them.
+/// The next pending tasks as `delayq pending --json` prints them, payloads cut to a preview
+/// ([`insert_payload_preview`]).
 pub fn pending(queue: &str, tasks: &[PendingTask]) -> Value {
     Value::Array(
         tasks
@@ -103,7 +139,7 @@ pub fn pending(queue: &str, tasks: &[PendingTask]) -> Value {
                 object.insert("due_ms".to_owned(), Value::from(task.due_ms));
                 object.insert("attempt".to_owned(), Value::from(task.attempt));
                 object.insert("generation".to_owned(), Value::from(task.generation));
-                insert_payload(&mut object, &task.payload);
+                insert_payload_preview(&mut object, &task.payload);
                 object.insert(
                     "last_error".to_owned(),
                     Value::from(task.last_error.clone()),
@@ -114,7 +150,8 @@ pub fn pending(queue: &str, tasks: &[PendingTask]) -> Value {
     )
 }
 
-/// Dead letters as `delayq dead --json` prints them.
+/// Dead letters as `delayq dead --json` prints them, payloads cut to a preview
+/// ([`insert_payload_preview`]).
 pub fn dead(queue: &str, tasks: &[DeadTask]) -> Value {
     Value::Array(
         tasks
@@ -130,7 +167,7 @@ pub fn dead(queue: &str, tasks: &[DeadTask]) -> Value {
                     "last_error".to_owned(),
                     Value::from(task.last_error.clone()),
                 );
-                insert_payload(&mut object, &task.payload);
+                insert_payload_preview(&mut object, &task.payload);
                 Value::Object(object)
             })
             .collect(),
@@ -230,6 +267,90 @@ mod tests {
         let mut object = Map::new();
         insert_payload(&mut object, b"{\"a\":1}");
         assert_eq!(object.get("payload"), Some(&Value::from("{\"a\":1}")));
+    }
+
+    #[test]
+    fn a_preview_keeps_a_short_payload_whole() {
+        let mut object = Map::new();
+        insert_payload_preview(&mut object, b"{\"a\":1}");
+        assert_eq!(
+            Value::Object(object),
+            json!({"payload": "{\"a\":1}", "payload_bytes": 7, "payload_truncated": false})
+        );
+        let mut object = Map::new();
+        insert_payload_preview(&mut object, b"");
+        assert_eq!(
+            Value::Object(object),
+            json!({"payload": "", "payload_bytes": 0, "payload_truncated": false})
+        );
+    }
+
+    #[test]
+    fn a_preview_cuts_a_long_payload_at_a_character_boundary() {
+        // 255 ASCII bytes then a 2-byte character across the 256th byte.
+        let text = format!(
+            "{}é{}",
+            "a".repeat(PAYLOAD_PREVIEW_BYTES - 1),
+            "b".repeat(50_000)
+        );
+        let mut object = Map::new();
+        insert_payload_preview(&mut object, text.as_bytes());
+        assert_eq!(
+            object.get("payload"),
+            Some(&Value::from("a".repeat(PAYLOAD_PREVIEW_BYTES - 1)))
+        );
+        assert_eq!(object.get("payload_bytes"), Some(&Value::from(text.len())));
+        assert_eq!(object.get("payload_truncated"), Some(&Value::from(true)));
+        let exact = "c".repeat(PAYLOAD_PREVIEW_BYTES);
+        let mut object = Map::new();
+        insert_payload_preview(&mut object, exact.as_bytes());
+        assert_eq!(object.get("payload"), Some(&Value::from(exact.as_str())));
+        assert_eq!(object.get("payload_truncated"), Some(&Value::from(false)));
+    }
+
+    #[test]
+    fn a_preview_of_a_binary_payload_is_base64_of_its_first_bytes() {
+        // Its first 256 bytes are ASCII; the payload as a whole is not UTF-8.
+        let mut payload = vec![b'x'; 1_000];
+        payload.push(0xff);
+        let mut object = Map::new();
+        insert_payload_preview(&mut object, &payload);
+        assert!(object.get("payload").is_none(), "{object:?}");
+        let shown = base64::engine::general_purpose::STANDARD
+            .decode(object["payload_base64"].as_str().expect("a string"))
+            .expect("base64");
+        assert_eq!(shown, payload[..PAYLOAD_PREVIEW_BYTES]);
+        assert_eq!(object.get("payload_bytes"), Some(&Value::from(1_001)));
+        assert_eq!(object.get("payload_truncated"), Some(&Value::from(true)));
+    }
+
+    #[test]
+    fn listings_show_previews() {
+        let long = "z".repeat(10_000);
+        let tasks = [PendingTask {
+            id: "a".to_owned(),
+            due_ms: 5,
+            attempt: 1,
+            generation: 1,
+            payload: long.clone().into(),
+            last_error: None,
+        }];
+        let listed = pending("orders", &tasks);
+        assert_eq!(listed[0]["payload"].as_str().map(str::len), Some(256));
+        assert_eq!(listed[0]["payload_bytes"], 10_000);
+        assert_eq!(listed[0]["payload_truncated"], true);
+        let dead_letters = [DeadTask {
+            id: delayq_storage::TaskId::new("b").expect("id"),
+            due_ms: 5,
+            attempt: 3,
+            failed_ms: 9,
+            last_error: Some("boom".to_owned()),
+            payload: long.into(),
+        }];
+        let listed = dead("orders", &dead_letters);
+        assert_eq!(listed[0]["payload"].as_str().map(str::len), Some(256));
+        assert_eq!(listed[0]["payload_bytes"], 10_000);
+        assert_eq!(listed[0]["payload_truncated"], true);
     }
 
     #[test]

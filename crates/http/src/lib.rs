@@ -31,11 +31,11 @@
 //! GET    /v1/queues/{queue}/tasks/{id}        the task, 404 when unknown
 //! DELETE /v1/queues/{queue}/tasks/{id}        cancel
 //! GET    /v1/queues                           per-queue counts
-//! GET    /v1/queues/{queue}/pending?limit=N   the next N pending tasks
+//! GET    /v1/queues/{queue}/pending?limit=N   the next N pending tasks, payloads as previews
 //! POST   /v1/queues/{queue}/pause             POST /v1/queues/{queue}/resume (guarantee 11)
 //! DELETE /v1/queues/{queue}[?force=true]      the queue and every key of it: {"queue","deleted":true,"tasks":N};
 //!                                             409 with the counts while it holds tasks and force is not given
-//! GET    /v1/queues/{queue}/dead?limit=N      dead letters
+//! GET    /v1/queues/{queue}/dead?limit=N      dead letters, payloads as previews
 //! POST   /v1/queues/{queue}/dead/{id}/retry   POST /v1/queues/{queue}/dead/retry retries all
 //! DELETE /v1/queues/{queue}/dead/{id}         DELETE /v1/queues/{queue}/dead purges all
 //! GET    /v1/nodes                            live nodes and the partitions they own
@@ -46,6 +46,11 @@
 //! GET    /v1/openapi.json                     the OpenAPI 3.1 document of every route (behind the token like all of /v1)
 //! GET    /healthz  /readyz  /metrics  /
 //! ```
+//!
+//! The lists take `limit` in 1..=1,000 (default 20; else 400), read at most `limit` records
+//! from Redis overall, and show each payload cut to its first
+//! [`json::PAYLOAD_PREVIEW_BYTES`] bytes with `payload_bytes` and `payload_truncated`
+//! ([`json::insert_payload_preview`]); `GET` of the task shows the whole payload.
 //!
 //! With a token, `/v1` needs `Authorization: Bearer <token>` (compared in constant time);
 //! `/healthz`, `/readyz`, `/metrics` and the dashboard page stay open (the page asks for the

@@ -283,6 +283,13 @@ async fn the_document_describes_bodies_parameters_errors_and_the_token() {
             .unwrap_or_else(|| panic!("limit in {get}"));
         assert_eq!(limit["in"], "query", "{limit}");
         assert_eq!(limit["schema"]["maximum"], 1000, "{limit}");
+        let listed = get["responses"]["200"]["description"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a 200 description in {get}"));
+        assert!(
+            listed.contains("payload_truncated") && listed.contains("payload_bytes"),
+            "{listed}"
+        );
     }
     let task = &document["paths"]["/v1/queues/{queue}/tasks/{id}"]["get"]["responses"];
     assert!(task.get("404").is_some(), "{task}");

@@ -122,6 +122,81 @@ async fn pending_lists_the_next_tasks_by_due_time_over_all_partitions() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_show_payload_previews_and_get_shows_the_whole_payload() {
+    let server = redis();
+    let mut config = config(&server.url());
+    config.engine.max_payload = 64 * 1024;
+    let scheduler = producer(&config).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+    let big = "x".repeat(50_000);
+    let (status, _) = api
+        .call(
+            "PUT",
+            "/v1/queues/big/tasks/later",
+            Some(json!({"delay_ms": 3_600_000, "payload": big})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    // A dead letter with the same payload, made through the store.
+    let store = scheduler.store();
+    let queue = delayq_storage::QueueName::new("big").expect("a queue name");
+    let (_, partitions) = store
+        .queues()
+        .await
+        .expect("queues")
+        .into_iter()
+        .find(|(name, _)| *name == queue)
+        .expect("big is registered");
+    let id = delayq_storage::TaskId::new("gone").expect("an id");
+    let partition =
+        delayq_storage::Partition::new(queue, delayq_storage::partition_of(&id, partitions));
+    let now_ms = scheduler.now_ms();
+    let task = delayq_storage::NewTask {
+        id,
+        due_ms: now_ms - 1_000,
+        payload: big.clone().into(),
+    };
+    store
+        .schedule(&partition, task, delayq_storage::ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    let claimed = store
+        .claim_due(&partition, now_ms, 1, now_ms + 60_000, "test")
+        .await
+        .expect("claim");
+    store
+        .fail(
+            &claimed.tasks[0].token,
+            "boom",
+            delayq_storage::FailAction::DeadLetter,
+        )
+        .await
+        .expect("fail");
+
+    for (list, id) in [("pending", "later"), ("dead", "gone")] {
+        let listed = api.ok(&format!("/v1/queues/big/{list}?limit=5")).await;
+        let entry = &listed[0];
+        assert_eq!(entry["id"], id, "{listed}");
+        assert_eq!(entry["payload"], "x".repeat(256), "{list}");
+        assert_eq!(entry["payload_bytes"], 50_000, "{list}");
+        assert_eq!(entry["payload_truncated"], true, "{list}");
+        let whole = api.ok(&format!("/v1/queues/big/tasks/{id}")).await;
+        assert_eq!(whole["payload"], big.as_str(), "{list}");
+        assert!(whole.get("payload_truncated").is_none(), "{list}");
+        for limit in ["0", "1001"] {
+            let (status, answer) = api
+                .get(&format!("/v1/queues/big/{list}?limit={limit}"))
+                .await;
+            assert_eq!(status, 400, "{answer}");
+            assert_eq!(
+                answer["error"],
+                format!("invalid limit {limit}: expected 1..=1000")
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_readiness_and_metrics_agree_with_what_fired() {
     let server = redis();
     let config = config(&server.url());

@@ -188,8 +188,19 @@ pub trait TaskStore: RecurringStore + Send + Sync + 'static {
     /// Counts for one partition (`due_now` counts pending tasks with `due <= now_ms`).
     async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats>;
 
-    /// Up to `limit` dead letters of a partition, oldest first.
+    /// Up to `limit` dead letters of a partition, oldest first, with their records (payloads
+    /// included). To list a queue, [`peek_dead`](TaskStore::peek_dead) its partitions first
+    /// and read only the records shown.
     async fn list_dead(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<DeadTask>>;
+
+    /// The `(id, failed_ms)` pairs of up to `limit` dead letters of a partition, oldest
+    /// first (ties by id), without their records: what a listing of many partitions reads
+    /// before it fetches the records it shows. Reads only.
+    async fn peek_dead(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>>;
 
     /// Makes a dead letter pending again at `due_ms` with attempt 1. Returns whether it was
     /// dead.

@@ -181,6 +181,23 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// `total_net_output_bytes` from `INFO stats`: every byte the server sent its clients
+    /// since it started (measure a read's cost as the difference around it).
+    pub fn net_output_bytes(&self) -> u64 {
+        let mut connection = self
+            .client()
+            .get_connection()
+            .expect("connect to redis-server");
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut connection)
+            .expect("INFO stats");
+        info.lines()
+            .find_map(|line| line.strip_prefix("total_net_output_bytes:"))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no total_net_output_bytes in INFO stats: {info}"))
+    }
+
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("redis.log")
     }

@@ -565,6 +565,13 @@ impl TaskStore for RecordingStore {
     async fn list_dead(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<DeadTask>> {
         self.inner.list_dead(partition, limit).await
     }
+    async fn peek_dead(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        self.inner.peek_dead(partition, limit).await
+    }
     async fn retry_dead(
         &self,
         partition: &Partition,

@@ -20,9 +20,9 @@ pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
     Ok(Json(json::stats(&stats, &paused)))
 }
 
-/// The next pending tasks by due time.
+/// The next pending tasks by due time, payloads cut to a preview.
 #[utoipa::path(get, path = "/queues/{queue}/pending", tag = "queues", operation_id = "pending_tasks", params(("queue" = String, Path, description = "The queue"), Limit),
-    responses((status = 200, description = "The next pending tasks by due time, payloads cut to a preview", body = Vec<Object>), BadRequest, Unavailable))]
+    responses((status = 200, description = "The next pending tasks by due time as `delayq pending --json`: queue, id, due_ms, attempt, generation, payload (or payload_base64) cut to its first 256 bytes, payload_bytes (the whole size), payload_truncated, last_error; GET the task for the whole payload", body = Vec<Object>), BadRequest, Unavailable))]
 pub(crate) async fn pending(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -33,9 +33,9 @@ pub(crate) async fn pending(
     Ok(Json(json::pending(&queue, &tasks)))
 }
 
-/// Dead letters, oldest first, with their last error.
+/// Dead letters, oldest first, with their last error, payloads cut to a preview.
 #[utoipa::path(get, path = "/queues/{queue}/dead", tag = "dead letters", operation_id = "dead_letters", params(("queue" = String, Path, description = "The queue"), Limit),
-    responses((status = 200, description = "Dead letters, oldest first, with their last error", body = Vec<Object>), BadRequest, Unavailable))]
+    responses((status = 200, description = "Dead letters, oldest first, as `delayq dead --json`: queue, id, due_ms, attempt, failed_ms, last_error, payload (or payload_base64) cut to its first 256 bytes, payload_bytes (the whole size), payload_truncated; GET the task for the whole payload", body = Vec<Object>), BadRequest, Unavailable))]
 pub(crate) async fn dead(
     state: State,
     PathParams(queue): PathParams<String>,

@@ -517,6 +517,17 @@ impl TaskStore for MemoryStore {
         })
     }
 
+    async fn peek_dead(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().peek_dead(limit),
+            None => Vec::new(),
+        })
+    }
+
     async fn retry_dead(
         &self,
         partition: &Partition,

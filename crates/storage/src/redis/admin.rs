@@ -11,7 +11,7 @@ use super::connection::RedisStore;
 use super::error_map::{map_error, unexpected_reply};
 use super::lease::{decode, explicit_due};
 use super::replication::Writer;
-use super::reply::{expect_array, expect_number, number, task_id, text};
+use super::reply::{expect_array, expect_number, number, scored_pairs, task_id, text};
 use super::scripts::SCRIPTS;
 
 /// Entries removed per script call by the bulk housekeeping operations, so no single call
@@ -191,6 +191,37 @@ impl RedisStore {
             });
         }
         Ok(dead)
+    }
+
+    /// `ZRANGE dead 0 limit-1 WITHSCORES`: ids and failure times, no records.
+    pub(crate) async fn dead_ids(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        const OPERATION: &str = "peek_dead";
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = self.keys(partition);
+        let reply: Vec<Value> = self
+            .read(OPERATION, &keys.tasks, |connection| {
+                let mut command = redis::cmd("ZRANGE");
+                command
+                    .arg(&keys.dead)
+                    .arg(0)
+                    .arg(limit - 1)
+                    .arg("WITHSCORES");
+                async move { connection.query(OPERATION, &command).await }
+            })
+            .await?;
+        scored_pairs(reply)
+            .into_iter()
+            .map(|(id, score)| {
+                let failed_ms = expect_number(OPERATION, &score, "failed_ms")?;
+                Ok((task_id(&keys.dead, id)?, failed_ms))
+            })
+            .collect()
     }
 
     pub(crate) async fn revive(

@@ -77,9 +77,9 @@
 //! `READONLY`, `LOADING`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`, a lost connection and a
 //! timeout are transient (`ConnectionLost` or `Timeout`); commands the server refused before
 //! running them are sent again by the connection layer while the topology changes. Reads
-//! (`get`, `stats`, `peek_window`, `queues`, `list_dead`, and `register_queue`, which is
-//! idempotent) are retried twice after a transient failure; state-changing scripts are not
-//! (their fate is unknown after a lost connection, and the error says so).
+//! (`get`, `stats`, `peek_window`, `queues`, `list_dead`, `peek_dead`, and `register_queue`,
+//! which is idempotent) are retried twice after a transient failure; state-changing scripts
+//! are not (their fate is unknown after a lost connection, and the error says so).
 
 mod admin;
 mod batch;

@@ -130,6 +130,14 @@ impl TaskStore for RedisStore {
         self.dead_letters(partition, limit).await
     }
 
+    async fn peek_dead(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        self.dead_ids(partition, limit).await
+    }
+
     async fn retry_dead(
         &self,
         partition: &Partition,

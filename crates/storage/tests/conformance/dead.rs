@@ -1,4 +1,5 @@
-//! Dead letters: fail(DeadLetter), list_dead, retry_dead, purge_dead, cancel of a dead task.
+//! Dead letters: fail(DeadLetter), list_dead, peek_dead, retry_dead, purge_dead, cancel of a
+//! dead task.
 
 use bytes::Bytes;
 use delayq_storage::TaskState;
@@ -53,6 +54,45 @@ pub async fn list_dead_is_oldest_first_and_respects_the_limit(make: Make) {
     let two = store.list_dead(&p, 2).await.expect("list_dead");
     let names: Vec<_> = two.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(names, ["d-0", "d-1"]);
+}
+
+pub async fn peek_dead_lists_ids_and_failure_times_oldest_first_within_the_limit(make: Make) {
+    let (store, p) = setup(make).await;
+    assert!(store.peek_dead(&p, 10).await.expect("peek_dead").is_empty());
+    for n in 0..4 {
+        schedule_dead(&store, &p, &format!("d-{n}"), T0 + n, "boom").await;
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let listed = store.list_dead(&p, 10).await.expect("list_dead");
+    let peeked = store.peek_dead(&p, 10).await.expect("peek_dead");
+    let expected: Vec<_> = listed.iter().map(|d| (d.id.clone(), d.failed_ms)).collect();
+    assert_eq!(
+        peeked, expected,
+        "the ids and failure times list_dead reports"
+    );
+    let names: Vec<_> = peeked.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(names, ["d-0", "d-1", "d-2", "d-3"]);
+    let two = store.peek_dead(&p, 2).await.expect("peek_dead");
+    assert_eq!(two, expected[..2]);
+    assert!(store.peek_dead(&p, 0).await.expect("peek_dead").is_empty());
+    // Reads only: the dead letters stay.
+    assert_eq!(store.stats(&p, T0).await.expect("stats").dead, 4);
+    // A retried dead letter is no longer listed; pending and other partitions never are.
+    assert!(store
+        .retry_dead(&p, &id("d-0"), T0 + 500)
+        .await
+        .expect("retry_dead"));
+    schedule(&store, &p, "pending", T0).await;
+    let other = register(&store, "other-queue", 1).await;
+    schedule_dead(&store, &other, "elsewhere", T0, "boom").await;
+    let names: Vec<_> = store
+        .peek_dead(&p, 10)
+        .await
+        .expect("peek_dead")
+        .into_iter()
+        .map(|(id, _)| id.as_str().to_owned())
+        .collect();
+    assert_eq!(names, ["d-1", "d-2", "d-3"]);
 }
 
 pub async fn retry_dead_makes_it_pending_at_the_due_with_attempt_one(make: Make) {

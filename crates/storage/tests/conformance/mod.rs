@@ -374,6 +374,7 @@ macro_rules! conformance_suite {
             dead: [
                 fail_dead_letter_moves_the_task_to_dead_with_its_last_error,
                 list_dead_is_oldest_first_and_respects_the_limit,
+                peek_dead_lists_ids_and_failure_times_oldest_first_within_the_limit,
                 retry_dead_makes_it_pending_at_the_due_with_attempt_one,
                 retry_dead_of_a_task_that_is_not_dead_returns_false,
                 purge_dead_of_one_id_deletes_only_that_dead_letter,

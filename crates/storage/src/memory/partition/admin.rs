@@ -46,6 +46,16 @@ impl PartitionState {
             .collect()
     }
 
+    /// The `(id, failed_ms)` of up to `limit` dead letters, oldest first (the twin of
+    /// `ZRANGE dead 0 limit-1 WITHSCORES`).
+    pub(in crate::memory) fn peek_dead(&self, limit: usize) -> Vec<(TaskId, u64)> {
+        self.dead
+            .iter()
+            .take(limit)
+            .map(|(failed_ms, id)| (id.clone(), failed_ms))
+            .collect()
+    }
+
     /// Makes a dead letter pending at `due_ms` (validated) with attempt 1.
     pub(in crate::memory) fn retry_dead(&mut self, id: &TaskId, due_ms: u64) -> bool {
         let Some(record) = self.tasks.get_mut(id) else {
