@@ -252,6 +252,43 @@ fn schedule_from_reports_bad_lines_by_number_and_loads_the_rest() {
 }
 
 #[test]
+fn schedule_from_bounds_each_line_and_refuses_an_endless_one() {
+    // Lines are read at most max_payload + 64 KiB at a time (1 MiB + 64 KiB by default).
+    let env = Env::start("");
+    let long = format!(
+        r#"{{"id":"long","delay_ms":3600000,"payload":"{}"}}"#,
+        "x".repeat(1_200 * 1024)
+    );
+    let lines = [
+        r#"{"id":"a","delay_ms":3600000}"#,
+        long.as_str(),
+        r#"[{"id":"b","delay_ms":3600000}]"#,
+        r#"{"id":"c","delay_ms":3600000}"#,
+    ]
+    .join("\n");
+    let output = env.run_with_stdin(&["schedule", "bounded", "--from", "-"], lines.as_bytes());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let summary: Value = parse_json(&output.stdout);
+    assert_eq!(summary["scheduled"], 2, "{stderr}");
+    assert_eq!(summary["failed"], 2, "{stderr}");
+    assert!(stderr.contains("line 2: the line is"), "{stderr}");
+    assert!(stderr.contains("line 3: a JSON array"), "{stderr}");
+    assert!(stderr.contains("JSON lines"), "{stderr}");
+
+    // /dev/zero has no line end: the load stops with an error instead of growing.
+    let started = std::time::Instant::now();
+    let output = env.run(&["schedule", "bounded", "--from", "/dev/zero"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not JSON lines"), "{stderr}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
 fn help_shows_examples_and_exits_0() {
     let output = run_bare(&["--help"]);
     assert!(output.status.success());

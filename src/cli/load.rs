@@ -64,13 +64,15 @@ pub async fn run(queue: &str, source: &Path, mode: ScheduleMode, config: Config)
         let size = file.metadata().ok().map(|metadata| metadata.len());
         (Box::new(file), size)
     };
+    let bound = line_bound(&config);
     let scheduler = producer(config).await?;
-    let lines = read_lines(reader);
+    let lines = read_lines(reader, bound);
     let mut loader = Loader {
         scheduler: &scheduler,
         queue,
         mode,
         bar: progress_bar(size),
+        bound,
         batch: Vec::with_capacity(BATCH),
         summary: Summary::default(),
     };
@@ -92,31 +94,109 @@ pub async fn run(queue: &str, source: &Path, mode: ScheduleMode, config: Config)
     Ok(())
 }
 
-/// What the reader thread sends: a line (with its newline), or the read error that ended
-/// the input.
-type RawLine = std::io::Result<Vec<u8>>;
+/// What the reader thread sends: a line (with its newline), a line that was too long (its
+/// length, never held in memory), or the read error that ended the input.
+#[derive(Debug)]
+enum RawLine {
+    /// A whole line, at most the bound long.
+    Line(Vec<u8>),
+    /// A line longer than the bound: skipped up to its newline without being kept.
+    TooLong {
+        /// The bytes read of it (all of it, or up to [`SKIP_LIMIT`]).
+        bytes: u64,
+        /// The line did not end within [`SKIP_LIMIT`]: the input stops here.
+        endless: bool,
+    },
+}
+
+/// The most bytes of one over-long line that are skipped looking for its end; beyond them
+/// the input is not JSON lines (`--from /dev/zero`) and the load stops with an error.
+const SKIP_LIMIT: u64 = 64 * 1024 * 1024;
+
+/// The longest line read: the largest payload plus room for the id, the due and the JSON
+/// escapes of a line.
+fn line_bound(config: &Config) -> usize {
+    config.engine.max_payload.saturating_add(64 * 1024)
+}
 
 /// Reads `reader` line by line on a thread of its own (stdin and files block), a few
-/// batches ahead of the writer.
-fn read_lines(reader: Box<dyn Read + Send>) -> mpsc::Receiver<RawLine> {
+/// batches ahead of the writer. No line longer than `bound` is ever held in memory.
+fn read_lines(
+    reader: Box<dyn Read + Send>,
+    bound: usize,
+) -> mpsc::Receiver<std::io::Result<RawLine>> {
     let (sender, receiver) = mpsc::channel(4 * BATCH);
     std::thread::spawn(move || {
         let mut reader = std::io::BufReader::with_capacity(64 * 1024, reader);
         loop {
-            let mut line = Vec::new();
-            let message = match reader.read_until(b'\n', &mut line) {
-                Ok(0) => return,
-                Ok(_) => Ok(line),
-                Err(error) => Err(error),
+            let (message, last) = match read_bounded_line(&mut reader, bound) {
+                Ok(None) => return,
+                Ok(Some(line)) => {
+                    let last = matches!(line, RawLine::TooLong { endless: true, .. });
+                    (Ok(line), last)
+                }
+                Err(error) => (Err(error), true),
             };
-            let failed = message.is_err();
             // The loader stopped (an error): nothing more to read for.
-            if sender.blocking_send(message).is_err() || failed {
+            if sender.blocking_send(message).is_err() || last {
                 return;
             }
         }
     });
     receiver
+}
+
+/// The next line of `reader` (`None` at the end of the input), read at most `bound` bytes
+/// at a time: a longer line is skipped to its newline (or [`SKIP_LIMIT`]) and reported by
+/// its length.
+fn read_bounded_line(reader: &mut impl BufRead, bound: usize) -> std::io::Result<Option<RawLine>> {
+    let mut line = Vec::new();
+    let mut skipped: Option<u64> = None;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        if available.is_empty() {
+            return Ok(match skipped {
+                Some(bytes) => Some(RawLine::TooLong {
+                    bytes,
+                    endless: false,
+                }),
+                None if line.is_empty() => None,
+                None => Some(RawLine::Line(line)),
+            });
+        }
+        let (taken, ended) = match available.iter().position(|&byte| byte == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (available.len(), false),
+        };
+        match skipped.as_mut() {
+            Some(bytes) => *bytes += taken as u64,
+            None if line.len() + taken > bound => {
+                skipped = Some((line.len() + taken) as u64);
+                line = Vec::new();
+            }
+            None => line.extend_from_slice(&available[..taken]),
+        }
+        reader.consume(taken);
+        if ended {
+            return Ok(Some(match skipped {
+                Some(bytes) => RawLine::TooLong {
+                    bytes,
+                    endless: false,
+                },
+                None => RawLine::Line(line),
+            }));
+        }
+        if let Some(bytes) = skipped.filter(|&bytes| bytes >= SKIP_LIMIT) {
+            return Ok(Some(RawLine::TooLong {
+                bytes,
+                endless: true,
+            }));
+        }
+    }
 }
 
 /// A progress bar on stderr when it is a terminal: by bytes for a file, a counter for stdin.
@@ -144,6 +224,8 @@ struct Loader<'a> {
     /// The mode of lines that give none.
     mode: ScheduleMode,
     bar: Option<ProgressBar>,
+    /// The longest line read.
+    bound: usize,
     /// The pending requests with their line numbers.
     batch: Vec<(u64, ScheduleRequest)>,
     summary: Summary,
@@ -152,13 +234,35 @@ struct Loader<'a> {
 impl Loader<'_> {
     /// Reads every line, schedules in batches. An error here (stdin unreadable, Redis gone)
     /// stops the load; what was sent before stays scheduled.
-    async fn load(&mut self, mut lines: mpsc::Receiver<RawLine>) -> CliResult<()> {
+    async fn load(&mut self, mut lines: mpsc::Receiver<std::io::Result<RawLine>>) -> CliResult<()> {
         let mut number = 0u64;
         while let Some(line) = lines.recv().await {
             let line = line.map_err(|error| {
                 CliError::Runtime(format!("reading line {}: {error}", number + 1))
             })?;
             number += 1;
+            let line = match line {
+                RawLine::Line(line) => line,
+                RawLine::TooLong { bytes, endless } => {
+                    if let Some(bar) = &self.bar {
+                        bar.inc(bytes);
+                    }
+                    if endless {
+                        self.flush().await?;
+                        return Err(CliError::Runtime(format!(
+                            "line {number} has no end after {bytes} bytes: the input is not JSON lines; stopped (the lines before it were loaded)"
+                        )));
+                    }
+                    self.reject(
+                        number,
+                        &format!(
+                            "the line is {bytes} bytes long, more than {} (max_payload + 64 KiB); skipped",
+                            self.bound
+                        ),
+                    );
+                    continue;
+                }
+            };
             if let Some(bar) = &self.bar {
                 bar.inc(line.len() as u64);
             }
@@ -227,6 +331,12 @@ fn parse_line(raw: &[u8], default_mode: ScheduleMode) -> Result<Option<ScheduleR
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
+    }
+    if text.starts_with('[') {
+        return Err(
+            "a JSON array: --from reads JSON lines, one object per line (convert with `jq -c '.[]'`)"
+                .to_owned(),
+        );
     }
     let line: Line =
         serde_json::from_str(text).map_err(|error| format!("invalid JSON line: {error}"))?;
@@ -301,6 +411,52 @@ mod tests {
             .expect("valid")
             .expect("not blank");
         assert_eq!(request.mode, ScheduleMode::IfAbsent);
+    }
+
+    fn lines_of(input: &[u8], bound: usize) -> Vec<String> {
+        let mut reader = std::io::BufReader::with_capacity(16, input);
+        let mut seen = Vec::new();
+        while let Some(line) = read_bounded_line(&mut reader, bound).expect("reads") {
+            seen.push(match line {
+                RawLine::Line(line) => String::from_utf8(line).expect("utf-8"),
+                RawLine::TooLong { bytes, endless } => format!("too long: {bytes} {endless}"),
+            });
+        }
+        seen
+    }
+
+    #[test]
+    fn a_line_over_the_bound_is_skipped_and_reported_and_the_rest_is_read() {
+        let long = "x".repeat(100);
+        let input = format!("short\n{long}\nafter\nlast");
+        assert_eq!(
+            lines_of(input.as_bytes(), 50),
+            ["short\n", "too long: 101 false", "after\n", "last"]
+        );
+        // Exactly the bound (newline included) is still a line.
+        assert_eq!(lines_of(b"abcd\n", 5), ["abcd\n"]);
+        assert_eq!(lines_of(b"abcde\n", 5), ["too long: 6 false"]);
+    }
+
+    #[test]
+    fn an_endless_line_stops_after_the_skip_limit_in_bounded_memory() {
+        // /dev/zero: no newline, ever.
+        let zeros = std::io::repeat(0);
+        let mut reader = std::io::BufReader::with_capacity(64 * 1024, zeros);
+        let line = read_bounded_line(&mut reader, 1024).expect("reads");
+        match line {
+            Some(RawLine::TooLong { bytes, endless }) => {
+                assert!(endless);
+                assert!(bytes >= SKIP_LIMIT);
+                assert!(bytes < SKIP_LIMIT + 64 * 1024);
+            }
+            other => panic!("expected an endless line, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_json_array_is_told_to_be_json_lines() {
+        assert!(rejected(r#"[{"id":"a","delay_ms":1}]"#).contains("JSON lines"));
     }
 
     #[test]
