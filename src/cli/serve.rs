@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 
 use delayq_engine::config::Config;
 use delayq_engine::Scheduler;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -100,8 +99,7 @@ impl HttpServer {
         }
         let read_only = options.read_only;
         let token = options.token.is_some();
-        let listener = TcpListener::bind(addr)
-            .await
+        let listener = delayq_http::bind(addr)
             .map_err(|error| CliError::Runtime(format!("cannot listen on {addr}: {error}")))?;
         let bound = listener
             .local_addr()

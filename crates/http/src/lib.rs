@@ -19,7 +19,7 @@
 //!     .route("/", axum::routing::get(|| async { "my service" }))
 //!     // The dashboard is then at /delayq, the API at /delayq/v1/...
 //!     .nest("/delayq", delayq_http::router(scheduler, options));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7070").await?;
+//! let listener = delayq_http::bind("127.0.0.1:7070".parse()?)?;
 //! // Like axum::serve, with limits on slow and idle clients (see [`serve`]).
 //! delayq_http::serve(listener, app, limits, std::future::pending()).await;
 //! # Ok(()) }
@@ -85,7 +85,9 @@ pub use prometheus::{
     install_prometheus, prometheus_builder, DURATION_BUCKETS, LATENESS_BUCKETS, METRIC_NAMES,
 };
 pub use routes::cluster::CLUSTER_NOW_HEADER;
-pub use server::{serve, ServeLimits, ACCEPT_ERROR_BACKOFF, ACCEPT_ERROR_LOG_PERIOD};
+pub use server::{
+    bind, serve, ServeLimits, ACCEPT_ERROR_BACKOFF, ACCEPT_ERROR_LOG_PERIOD, LISTEN_BACKLOG,
+};
 
 /// Room for the JSON around a payload of `max_payload` bytes (keys, escapes, a bulk list).
 pub const BODY_SLACK: usize = 64 * 1024;

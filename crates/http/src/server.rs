@@ -13,7 +13,9 @@
 //!   [`ServeLimits::request_timeout`], else the answer is 503;
 //! * at most [`ServeLimits::max_connections`] connections are served at once. The loop does
 //!   not accept beyond it: further connections wait in the kernel's listen backlog, holding
-//!   no file descriptor of the process, and are accepted as served ones close.
+//!   no file descriptor of the process, and are accepted as served ones close. [`bind`]
+//!   listens with a backlog of [`LISTEN_BACKLOG`] (tokio's `TcpListener::bind` uses 128);
+//!   beyond that too the kernel leaves new connections unanswered until there is room.
 //!
 //! An `accept` error (`EMFILE` when the process is out of descriptors, `ENOBUFS`, ...) does
 //! not end the loop: it is logged at most once per [`ACCEPT_ERROR_LOG_PERIOD`] (with the count
@@ -23,6 +25,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +36,7 @@ use delayq_engine::config::HttpConfig;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower_service::Service;
@@ -42,6 +45,27 @@ use tower_service::Service;
 pub const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 /// At most one log line per this period for a burst of `accept` errors.
 pub const ACCEPT_ERROR_LOG_PERIOD: Duration = Duration::from_secs(10);
+
+/// The listen backlog of [`bind`]: how many connections beyond
+/// [`ServeLimits::max_connections`] the kernel holds (the system caps it at
+/// `net.core.somaxconn`).
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds `addr` for [`serve`]: `SO_REUSEADDR` (a restarted server rebinds at once) and a
+/// backlog of [`LISTEN_BACKLOG`]. Call it within a tokio runtime.
+///
+/// # Errors
+/// The socket's, e.g. the address is in use or not this machine's.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// The limits [`serve`] holds every connection to (`http.header_timeout`,
 /// `http.request_timeout`, `http.max_connections`).

@@ -166,7 +166,8 @@ mod tests {
 
     #[test]
     fn http_limits_parse_and_default() {
-        let defaults = Config::from_yaml_str("http:\n  read_only: false\n", "c.yaml").expect("valid");
+        let defaults =
+            Config::from_yaml_str("http:\n  read_only: false\n", "c.yaml").expect("valid");
         assert_eq!(defaults.http.header_timeout, Duration::from_secs(10));
         assert_eq!(defaults.http.request_timeout, Duration::from_secs(30));
         assert_eq!(defaults.http.max_connections, 512);
@@ -181,13 +182,33 @@ mod tests {
     fn http_limit_errors_name_the_key_and_value() {
         for (yaml, key, value) in [
             ("http:\n  header_timeout: 0\n", "http.header_timeout", "0s"),
-            ("http:\n  request_timeout: 0s\n", "http.request_timeout", "0s"),
+            (
+                "http:\n  request_timeout: 0s\n",
+                "http.request_timeout",
+                "0s",
+            ),
             ("http:\n  header_timeout: 10\n", "http.header_timeout", "10"),
-            ("http:\n  request_timeout: soon\n", "http.request_timeout", "soon"),
+            (
+                "http:\n  request_timeout: soon\n",
+                "http.request_timeout",
+                "soon",
+            ),
             ("http:\n  max_connections: 0\n", "http.max_connections", "0"),
-            ("http:\n  max_connections: -3\n", "http.max_connections", "-3"),
-            ("http:\n  max_connections: 2000000\n", "http.max_connections", "2000000"),
-            ("http:\n  max_connections: many\n", "http.max_connections", "many"),
+            (
+                "http:\n  max_connections: -3\n",
+                "http.max_connections",
+                "-3",
+            ),
+            (
+                "http:\n  max_connections: 2000000\n",
+                "http.max_connections",
+                "2000000",
+            ),
+            (
+                "http:\n  max_connections: many\n",
+                "http.max_connections",
+                "many",
+            ),
         ] {
             let error = Config::from_yaml_str(yaml, "c.yaml").expect_err(yaml);
             let text = error.to_string();
