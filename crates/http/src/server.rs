@@ -291,7 +291,90 @@ fn timed_out(timeout: Duration) -> Response<Body> {
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
     use super::*;
+
+    /// A server of a router whose `/slow` answers after `delay`, with `limits`; returns its
+    /// address, the shutdown trigger and the server's task.
+    async fn start(
+        limits: ServeLimits,
+        delay: Duration,
+    ) -> (
+        SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let router = Router::new().route(
+            "/slow",
+            axum::routing::get(move || async move {
+                tokio::time::sleep(delay).await;
+                "done"
+            }),
+        );
+        let listener = bind("127.0.0.1:0".parse().expect("an address")).expect("bind");
+        let addr = listener.local_addr().expect("its address");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve(listener, router, limits, async move {
+            let _ = stopped.await;
+        }));
+        (addr, stop, task)
+    }
+
+    /// Sends `GET path` and reads until the server closes the connection.
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_slow_handler_is_answered_503_after_request_timeout() {
+        let limits = ServeLimits {
+            request_timeout: Duration::from_millis(200),
+            ..ServeLimits::default()
+        };
+        let (addr, _stop, _task) = start(limits, Duration::from_secs(5)).await;
+        let started = Instant::now();
+        let answer = get(addr, "/slow").await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("http.request_timeout (200ms)"), "{answer}");
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn shutdown_finishes_requests_in_progress_and_closes_idle_connections() {
+        let (addr, stop, task) = start(ServeLimits::default(), Duration::from_millis(500)).await;
+        let mut idle = TcpStream::connect(addr).await.expect("connect");
+        let busy = tokio::spawn(get(addr, "/slow"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = stop.send(());
+        let answer = busy.await.expect("the busy client");
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.ends_with("done"),
+            "{answer}"
+        );
+        // The idle connection is closed without waiting for header_timeout (10 s).
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(3), idle.read(&mut byte)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "{read:?}");
+        tokio::time::timeout(Duration::from_secs(3), task)
+            .await
+            .expect("serve returns once its connections closed")
+            .expect("serve did not panic");
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "no longer listening"
+        );
+    }
 
     #[test]
     fn limits_come_from_the_http_section() {
