@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 
 use delayq_engine::config::Config;
 use delayq_engine::Scheduler;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -26,7 +25,8 @@ Examples:
 Endpoints: PUT|GET|DELETE /v1/queues/{queue}/tasks/{id}, POST /v1/queues/{queue}/tasks,
 GET /v1/queues, GET /v1/queues/{queue}/pending|dead, POST /v1/queues/{queue}/dead[/{id}]/retry,
 DELETE /v1/queues/{queue}/dead[/{id}], GET /v1/nodes, /healthz, /readyz, /metrics, /.
-Configuration: http.listen, http.token, http.read_only (or DELAYQ_HTTP_LISTEN, DELAYQ_HTTP_TOKEN).";
+Configuration: http.listen, http.token, http.read_only, http.allowed_hosts, http.header_timeout,
+http.request_timeout, http.max_connections (or DELAYQ_HTTP_LISTEN, DELAYQ_HTTP_TOKEN).";
 
 /// The arguments of `delayq serve`.
 #[derive(Debug, clap::Args)]
@@ -99,8 +99,7 @@ impl HttpServer {
         }
         let read_only = options.read_only;
         let token = options.token.is_some();
-        let listener = TcpListener::bind(addr)
-            .await
+        let listener = delayq_http::bind(addr)
             .map_err(|error| CliError::Runtime(format!("cannot listen on {addr}: {error}")))?;
         let bound = listener
             .local_addr()
@@ -108,17 +107,27 @@ impl HttpServer {
         // A request's Host must name this address, loopback or http.allowed_hosts.
         options.listen = Some(bound);
         let app = delayq_http::router(scheduler.clone(), options);
+        let limits = within_open_files(delayq_http::ServeLimits::from_config(
+            &scheduler.config().http,
+        ));
         let stop = CancellationToken::new();
         let shutdown = stop.clone();
         let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { shutdown.cancelled().await })
-                .await;
-            if let Err(error) = served {
-                tracing::error!(%error, "the HTTP server stopped");
-            }
+            delayq_http::serve(listener, app, limits, async move {
+                shutdown.cancelled().await;
+            })
+            .await;
         });
-        tracing::info!(addr = %bound, url = %format!("http://{bound}/"), token, read_only, "HTTP API, dashboard and /metrics listening");
+        tracing::info!(
+            addr = %bound,
+            url = %format!("http://{bound}/"),
+            token,
+            read_only,
+            header_timeout_ms = limits.header_timeout.as_millis() as u64,
+            request_timeout_ms = limits.request_timeout.as_millis() as u64,
+            max_connections = limits.max_connections,
+            "HTTP API, dashboard and /metrics listening"
+        );
         Ok(HttpServer { stop, task })
     }
 
@@ -133,4 +142,26 @@ impl HttpServer {
             task.abort();
         }
     }
+}
+
+/// `limits` with `max_connections` kept to half of the process's open-files limit (the soft
+/// `RLIMIT_NOFILE`, `ulimit -n`): the other half stays for the node's own work (Redis
+/// connections, handler processes and their pipes, files), so no number of HTTP clients can
+/// starve it. Logs a warning when it lowers the configured value.
+fn within_open_files(mut limits: delayq_http::ServeLimits) -> delayq_http::ServeLimits {
+    let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    let Some(open_files) = open_files else {
+        return limits; // Unlimited.
+    };
+    let cap = usize::try_from(open_files / 2).unwrap_or(usize::MAX).max(1);
+    if limits.max_connections > cap {
+        tracing::warn!(
+            configured = limits.max_connections,
+            max_connections = cap,
+            open_files_limit = open_files,
+            "http.max_connections lowered to half of the open-files limit (raise ulimit -n to serve more connections)"
+        );
+        limits.max_connections = cap;
+    }
+    limits
 }

@@ -11,14 +11,17 @@
 //! let config = Config::load_or_default(None)?;
 //! let scheduler = Scheduler::builder(config).start().await?;
 //! let mut options = delayq_http::HttpOptions::from_config(scheduler.config());
+//! // The limits of http.header_timeout, http.request_timeout and http.max_connections.
+//! let limits = delayq_http::ServeLimits::from_config(&scheduler.config().http);
 //! // Optional: a Prometheus recorder for /metrics (skip it if the service has its own).
 //! options.metrics = Some(delayq_http::install_prometheus()?);
 //! let app = axum::Router::new()
 //!     .route("/", axum::routing::get(|| async { "my service" }))
 //!     // The dashboard is then at /delayq, the API at /delayq/v1/...
 //!     .nest("/delayq", delayq_http::router(scheduler, options));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7070").await?;
-//! axum::serve(listener, app).await?;
+//! let listener = delayq_http::bind("127.0.0.1:7070".parse()?)?;
+//! // Like axum::serve, with limits on slow and idle clients (see [`serve`]).
+//! delayq_http::serve(listener, app, limits, std::future::pending()).await;
 //! # Ok(()) }
 //! ```
 //!
@@ -67,6 +70,7 @@ pub mod json;
 mod openapi;
 mod prometheus;
 mod routes;
+mod server;
 pub mod time;
 
 use std::sync::{Arc, OnceLock};
@@ -86,6 +90,9 @@ pub use prometheus::{
     install_prometheus, prometheus_builder, DURATION_BUCKETS, LATENESS_BUCKETS, METRIC_NAMES,
 };
 pub use routes::cluster::CLUSTER_NOW_HEADER;
+pub use server::{
+    bind, serve, ServeLimits, ACCEPT_ERROR_BACKOFF, ACCEPT_ERROR_LOG_PERIOD, LISTEN_BACKLOG,
+};
 
 /// Room for the JSON around a payload of `max_payload` bytes (keys, escapes, a bulk list).
 pub const BODY_SLACK: usize = 64 * 1024;

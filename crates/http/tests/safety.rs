@@ -70,7 +70,7 @@ async fn a_token_from_the_config_is_trimmed_and_a_non_ascii_header_is_a_wrong_to
     let options = HttpOptions::from_config(&config);
     assert_eq!(options.token.as_deref(), Some("t0ken"));
     let base = serve(&scheduler, options).await;
-    // reqwest is built without a default TLS provider; plain HTTP still needs one set.
+    // Installed here too: the other test may not have run first (reqwest panics without it).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
     let ok = client

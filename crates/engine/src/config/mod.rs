@@ -61,7 +61,10 @@ use std::io;
 use std::path::Path;
 
 pub use error::ConfigError;
-pub use http::HttpConfig;
+pub use http::{
+    HttpConfig, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT,
+    MAX_MAX_CONNECTIONS,
+};
 pub use topology::{SentinelConfig, TlsConfig};
 pub use types::{
     default_node_name, BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RateLimit,

@@ -26,7 +26,15 @@ pub(crate) const TOP_KEYS: &[&str] = &[
     "recurring",
 ];
 /// The keys of `http:`.
-pub(crate) const HTTP_KEYS: &[&str] = &["listen", "token", "read_only", "allowed_hosts"];
+pub(crate) const HTTP_KEYS: &[&str] = &[
+    "listen",
+    "token",
+    "read_only",
+    "allowed_hosts",
+    "header_timeout",
+    "request_timeout",
+    "max_connections",
+];
 /// The keys of `redis:`.
 pub(crate) const REDIS_KEYS: &[&str] = &[
     "url",
@@ -288,6 +296,9 @@ impl Walk<'_> {
                     _ => return Err(invalid(&path, value, "expected true or false")),
                 },
                 "allowed_hosts" => http.allowed_hosts = strings(&path, value)?,
+                "header_timeout" => http.header_timeout = duration(&path, value)?,
+                "request_timeout" => http.request_timeout = duration(&path, value)?,
+                "max_connections" => http.max_connections = count(&path, value)?,
                 _ => return Err(self.unknown(path, key)),
             }
         }

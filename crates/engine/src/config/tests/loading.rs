@@ -83,6 +83,7 @@ fn the_checked_in_cluster_yaml_is_valid_and_documents_every_key() {
     // Everything but the queues is written out at its default (node.name is commented out).
     let defaults = Config::default();
     assert_eq!(config.redis, defaults.redis);
+    assert_eq!(config.http, defaults.http);
     assert_eq!(config.node, defaults.node);
     assert_eq!(config.engine, defaults.engine);
     assert_eq!(config.queue_defaults, defaults.queue_defaults);
@@ -101,6 +102,7 @@ fn the_checked_in_cluster_yaml_is_valid_and_documents_every_key() {
     for key in schema::TOP_KEYS
         .iter()
         .chain(schema::REDIS_KEYS)
+        .chain(schema::HTTP_KEYS)
         .chain(schema::NODE_KEYS)
         .chain(schema::ENGINE_KEYS)
         .chain(schema::QUEUE_KEYS)
