@@ -94,8 +94,21 @@ pub use server::{
     bind, serve, ServeLimits, ACCEPT_ERROR_BACKOFF, ACCEPT_ERROR_LOG_PERIOD, LISTEN_BACKLOG,
 };
 
-/// Room for the JSON around a payload of `max_payload` bytes (keys, escapes, a bulk list).
+/// Room for the JSON around the payloads of a body (keys, ids, a bulk list).
 pub const BODY_SLACK: usize = 64 * 1024;
+
+/// The most bytes one payload byte takes in a JSON string (`\u00XX` for a control byte; a
+/// 3-byte CJK character written as `\uXXXX` takes 6 bytes for 3): a body may carry a payload
+/// of `max_payload` decoded bytes however its client escaped it. `max_payload` bounds the
+/// decoded payload (413 naming it), the body limit only the transport.
+pub const JSON_ESCAPE_FACTOR: usize = 6;
+
+/// The body limit for `max_payload`: [`JSON_ESCAPE_FACTOR`] × `max_payload` + [`BODY_SLACK`].
+pub fn body_limit_for(max_payload: usize) -> usize {
+    max_payload
+        .saturating_mul(JSON_ESCAPE_FACTOR)
+        .saturating_add(BODY_SLACK)
+}
 
 /// How the router behaves: token, read-only mode, limits and metrics.
 #[derive(Clone)]
@@ -104,7 +117,8 @@ pub struct HttpOptions {
     pub token: Option<String>,
     /// Refuse every change with 403.
     pub read_only: bool,
-    /// Largest request body: `engine.max_payload` plus [`BODY_SLACK`]. Larger is 413.
+    /// Largest request body: [`body_limit_for`] `engine.max_payload`. Larger is 413; the
+    /// decoded payload itself is bounded by `max_payload`.
     pub body_limit: usize,
     /// The Prometheus recorder's handle `/metrics` renders; `None`: `/metrics` answers 404
     /// (the embedding service exports metrics its own way).
@@ -149,7 +163,7 @@ impl HttpOptions {
             listen: None,
             allowed_hosts: config.http.allowed_hosts.clone(),
             read_only: config.http.read_only,
-            body_limit: config.engine.max_payload.saturating_add(BODY_SLACK),
+            body_limit: body_limit_for(config.engine.max_payload),
             metrics: None,
             queue_stats_ttl: Duration::from_secs(5),
         }

@@ -93,7 +93,7 @@ pub(crate) struct Conflict(ErrorBody);
 #[derive(utoipa::IntoResponses)]
 #[response(
     status = 413,
-    description = "The request body exceeds engine.max_payload plus 64 KiB, or a payload exceeds engine.max_payload"
+    description = "The request body exceeds six times engine.max_payload plus 64 KiB, or a payload exceeds engine.max_payload once decoded"
 )]
 #[allow(dead_code)]
 pub(crate) struct TooLarge(ErrorBody);

@@ -365,3 +365,75 @@ async fn cancel_of_a_running_task_says_inflight() {
     gate.notify_one();
     node.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_limits_count_the_decoded_payload_and_bulk_bodies_are_bounded() {
+    let server = redis();
+    let mut config = config(&server.url());
+    config.engine.max_payload = 100 * 1024;
+    let scheduler = producer(&config).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+
+    // 90 KiB of CJK text (3 bytes a character) escaped as \uXXXX: 180 KiB of JSON, more
+    // than max_payload + 64 KiB, for a payload within max_payload once decoded.
+    let escaped = "\\u4e2d".repeat(30 * 1024);
+    let body = format!(r#"{{"delay_ms": 3600000, "payload": "{escaped}"}}"#);
+    assert!(body.len() > config.engine.max_payload + 64 * 1024);
+    let answer = api
+        .client
+        .put(format!("{}/v1/queues/cjk/tasks/t", api.base))
+        .body(body)
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(answer.status().as_u16(), 200, "{:?}", answer.text().await);
+    let (_, task) = api.get("/v1/queues/cjk/tasks/t").await;
+    assert_eq!(
+        task["payload"].as_str().map(|payload| payload.len()),
+        Some(90 * 1024)
+    );
+    // A decoded payload over max_payload is still 413, naming it.
+    let too_big = "\\u4e2d".repeat(35 * 1024);
+    let answer = api
+        .client
+        .put(format!("{}/v1/queues/cjk/tasks/big", api.base))
+        .body(format!(r#"{{"delay_ms": 5, "payload": "{too_big}"}}"#))
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(answer.status().as_u16(), 413);
+    assert!(answer
+        .text()
+        .await
+        .unwrap_or_default()
+        .contains("max_payload"));
+
+    // 10,001 tasks in one body: refused naming the bound, nothing stored.
+    let items: Vec<Value> = (0..10_001)
+        .map(|n| json!({"id": format!("b{n}"), "delay_ms": 3_600_000}))
+        .collect();
+    let (status, error) = api
+        .call(
+            "POST",
+            "/v1/queues/bounded/tasks",
+            Some(Value::Array(items)),
+        )
+        .await;
+    assert_eq!(status, 400, "{error}");
+    assert!(
+        error["error"].as_str().is_some_and(|e| e.contains("10000")),
+        "{error}"
+    );
+    assert_eq!(api.ok("/v1/queues").await.get("bounded"), None);
+
+    // 5,000 bad items: all counted, the first 100 listed.
+    let items = Value::Array(vec![json!({}); 5_000]);
+    let (status, summary) = api
+        .call("POST", "/v1/queues/bounded/tasks", Some(items))
+        .await;
+    assert_eq!(status, 200, "{summary}");
+    assert_eq!(summary["failed"], 5_000);
+    assert_eq!(summary["errors"].as_array().map(Vec::len), Some(100));
+    assert_eq!(summary["errors"][99]["index"], 99);
+    assert_eq!(summary["errors_truncated"], true);
+}

@@ -48,7 +48,7 @@ where
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::new(
                         StatusCode::PAYLOAD_TOO_LARGE,
-                        "request body too large: it exceeds engine.max_payload plus 64 KiB",
+                        "request body too large: it exceeds six times engine.max_payload plus 64 KiB (a payload is bounded by engine.max_payload once decoded)",
                     )
                 } else {
                     ApiError::bad_request(format!("invalid body: {}", rejection.body_text()))

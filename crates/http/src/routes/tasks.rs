@@ -103,12 +103,12 @@ pub(crate) async fn schedule(
 /// prints, plus `"errors":[{"index","error"}]`. A bad item (a bad mode too) fails alone,
 /// reported by its index.
 #[utoipa::path(post, path = "/queues/{queue}/tasks", tag = "tasks", operation_id = "schedule_tasks", params(("queue" = String, Path, description = "The queue")),
-    request_body(content = Vec<TaskBody>, description = "At most 10,000 tasks, each with its id, one of delay_ms, due_ms, in, at, and an optional mode"),
-    responses((status = 200, description = "{\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\",\"errors\":[{\"index\",\"error\"}]}: a bad item fails alone", body = Object), BadRequest, TooLarge, Unavailable))]
+    request_body(content = Vec<TaskBody>, description = "At most 10,000 tasks (more is a 400), each with its id, one of delay_ms, due_ms, in, at, and an optional mode"),
+    responses((status = 200, description = "{\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\",\"errors\":[{\"index\",\"error\"}],\"errors_truncated\"}: a bad item fails alone; errors lists the first 100 failed items, failed counts them all", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule_many(
     state: State,
     PathParams(queue): PathParams<String>,
-    Body(items): Body<Vec<Value>>,
+    Body(BulkItems(items)): Body<BulkItems>,
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
     let mut errors = Vec::new();
@@ -153,14 +153,57 @@ pub(crate) async fn schedule_many(
         }
     }
     errors.sort_by_key(|error| error["index"].as_u64());
+    let failed = errors.len();
+    errors.truncate(MAX_REPORTED_ERRORS);
     Ok(Json(json!({
         "scheduled": scheduled,
         "replaced": replaced,
         "duplicates": duplicates,
         "kept": kept,
-        "failed": errors.len(),
+        "failed": failed,
         "errors": errors,
+        "errors_truncated": failed > MAX_REPORTED_ERRORS,
     })))
+}
+
+/// The most tasks one bulk body may hold; more is refused (400 naming the bound) as soon as
+/// the reader meets the first item over it.
+pub(crate) const MAX_BULK_ITEMS: usize = 10_000;
+
+/// The most failed items a bulk answer lists (the lowest indexes); `failed` counts them all.
+pub(crate) const MAX_REPORTED_ERRORS: usize = 100;
+
+/// The items of a bulk body, at most [`MAX_BULK_ITEMS`]: the list is read item by item and
+/// refused at the first item over the bound, so a body of a million `{}` never becomes a
+/// million values in memory.
+pub(crate) struct BulkItems(Vec<Value>);
+
+impl<'de> serde::Deserialize<'de> for BulkItems {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Items;
+        impl<'de> serde::de::Visitor<'de> for Items {
+            type Value = BulkItems;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(formatter, "a list of at most {MAX_BULK_ITEMS} tasks")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<BulkItems, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                while let Some(item) = seq.next_element::<Value>()? {
+                    if items.len() == MAX_BULK_ITEMS {
+                        return Err(serde::de::Error::custom(format!(
+                            "too many tasks: at most {MAX_BULK_ITEMS} per request"
+                        )));
+                    }
+                    items.push(item);
+                }
+                Ok(BulkItems(items))
+            }
+        }
+        deserializer.deserialize_seq(Items)
+    }
 }
 
 /// The task as `delayq get` prints it; 404 when unknown.
