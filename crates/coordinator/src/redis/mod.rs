@@ -159,6 +159,36 @@ impl std::fmt::Debug for RedisCoordinator {
     }
 }
 
+/// Runs `attempt` until it succeeds or the start budget is spent: a Redis that is slow to
+/// answer while a whole fleet starts at once (the reply times out) must not make a node give
+/// up its start after one try. Errors other than a failed operation (bad config, refused
+/// login, Redis unreachable after the connection's own retries) end the start at once.
+async fn retry_during_start<T, F, Fut>(
+    operation: &'static str,
+    started: Instant,
+    start_timeout: std::time::Duration,
+    mut attempt: F,
+) -> CoordinatorResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = CoordinatorResult<T>>,
+{
+    let mut delay = std::time::Duration::from_millis(100);
+    loop {
+        match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(CoordinatorError::Backend { message, .. })
+                if started.elapsed() + delay < start_timeout =>
+            {
+                tracing::warn!(operation, error = %message, retry_in_ms = delay.as_millis() as u64, "a start step failed; trying again within node.start_timeout");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(1));
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 impl RedisCoordinator {
     /// Joins the cluster on the Redis of `redis` as a new member with a fresh id, and starts
     /// heartbeating.
@@ -225,7 +255,10 @@ impl RedisCoordinator {
             entry,
         ));
         for _ in 0..CLOCK_WARMUP_SAMPLES {
-            shared.sample_clock().await?;
+            retry_during_start("clock sample", started, start_timeout, || {
+                shared.sample_clock()
+            })
+            .await?;
         }
         if let Some(entry) = &shared.entry {
             entry.lock().started_ms = shared.clock.now_ms();
@@ -263,7 +296,8 @@ impl RedisCoordinator {
             tracing::warn!(node = %shared.id, "pub/sub subscription not up yet; it keeps retrying, and the membership epoch is checked every heartbeat meanwhile");
         }
 
-        let reply = shared.heartbeat().await?;
+        let reply =
+            retry_during_start("join", started, start_timeout, || shared.heartbeat()).await?;
         if member {
             tracing::info!(node = %shared.id, name = %shared.config.node_name, redis = %shared.redis.describe(), epoch = reply.epoch, members = shared.membership.borrow().members.len(), "joined the cluster");
         }
@@ -451,5 +485,68 @@ impl Coordinator for RedisCoordinator {
     fn crash(&self) {
         self.heartbeat.abort_all();
         self.listeners.abort_all();
+    }
+}
+
+#[cfg(test)]
+mod start_tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn timed_out() -> CoordinatorError {
+        CoordinatorError::Backend {
+            operation: "heartbeat",
+            message: "EVALSHA failed (transient): timed out".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_start_step_that_times_out_is_tried_again_within_the_start_timeout() {
+        let calls = AtomicU32::new(0);
+        let joined = retry_during_start("join", Instant::now(), Duration::from_secs(5), || {
+            let call = calls.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if call < 2 {
+                    Err(timed_out())
+                } else {
+                    Ok(call)
+                }
+            }
+        })
+        .await;
+        assert_eq!(joined.expect("joined on the third try"), 2);
+    }
+
+    #[tokio::test]
+    async fn a_start_step_gives_up_when_the_budget_is_spent_or_the_error_is_not_a_timeout() {
+        let started = Instant::now();
+        let failed = retry_during_start("join", started, Duration::from_millis(300), || async {
+            Err::<(), _>(timed_out())
+        })
+        .await;
+        assert!(matches!(failed, Err(CoordinatorError::Backend { .. })));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let calls = AtomicU32::new(0);
+        let refused = retry_during_start("join", Instant::now(), Duration::from_secs(5), || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async {
+                Err::<(), _>(CoordinatorError::Authentication {
+                    target: "redis://x".to_owned(),
+                    message: "WRONGPASS".to_owned(),
+                })
+            }
+        })
+        .await;
+        assert!(matches!(
+            refused,
+            Err(CoordinatorError::Authentication { .. })
+        ));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "a refused login is not retried"
+        );
     }
 }
