@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use delayq_storage::{ClaimedTask, FailAction, FailOutcome, LeaseToken, StorageError};
+use delayq_storage::{AckOutcome, ClaimedTask, FailAction, FailOutcome, LeaseToken, StorageError};
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
@@ -219,10 +219,50 @@ where
     }
 }
 
+/// How an ack ended, as far as this node is concerned.
+#[derive(Debug)]
+enum Acked {
+    /// Applied (and, with `redis.wait_replicas`, confirmed by the replicas).
+    Confirmed(AckOutcome),
+    /// Applied on the master, but too few replicas confirmed it within `redis.wait_timeout`.
+    Unconfirmed {
+        /// `redis.wait_replicas`.
+        wanted: u32,
+        /// The replicas that confirmed in time.
+        confirmed: u32,
+    },
+}
+
 async fn settle_success(runtime: &Runtime, token: &LeaseToken) {
-    if let Some(outcome) = with_retries(runtime, "ack", || runtime.store.ack(token)).await {
-        completed(&token.partition.queue, "ok");
-        tracing::debug!(?outcome, "acknowledged");
+    let acked = with_retries(runtime, "ack", || async {
+        match runtime.store.ack(token).await {
+            Ok(outcome) => Ok(Acked::Confirmed(outcome)),
+            // The ack is on the master (a `ReplicationTimeout` of an ack comes only after
+            // the script applied it): done here, not retried while the lease holds, which
+            // would keep this settling slot (and, once those run out, the handler slots)
+            // through a replica outage. A failover could still lose it: at-least-once.
+            Err(StorageError::ReplicationTimeout {
+                wanted, confirmed, ..
+            }) => Ok(Acked::Unconfirmed { wanted, confirmed }),
+            Err(error) => Err(error),
+        }
+    })
+    .await;
+    match acked {
+        Some(Acked::Confirmed(outcome)) => {
+            completed(&token.partition.queue, "ok");
+            tracing::debug!(?outcome, "acknowledged");
+        }
+        Some(Acked::Unconfirmed { wanted, confirmed }) => {
+            completed(&token.partition.queue, "ok");
+            crate::unconfirmed::record("ack", wanted, confirmed);
+            tracing::debug!(
+                wanted_replicas = wanted,
+                confirmed_replicas = confirmed,
+                "acknowledged on the master, not confirmed by the replicas"
+            );
+        }
+        None => {}
     }
 }
 

@@ -46,6 +46,7 @@ mod runtime;
 mod scheduler;
 mod task;
 pub mod timer;
+mod unconfirmed;
 
 pub use builder::{MemoryBackend, SchedulerBuilder};
 pub use delayq_storage::{Cancel, ScheduleMode, UnknownScheduleMode};

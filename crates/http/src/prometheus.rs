@@ -47,6 +47,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "delayq_prefetched_tasks",
     "delayq_lease_expired_total",
     "delayq_redis_errors_total",
+    "delayq_writes_unconfirmed_total",
     "delayq_recurring_ticks_total",
     "delayq_recurring_schedules",
     "delayq_queue_paused",
@@ -158,6 +159,12 @@ fn describe() {
         "In-flight tasks taken back after their lease ran out"
     );
     describe_counter!("delayq_redis_errors_total", "Failed calls to Redis");
+    describe_counter!(
+        "delayq_writes_unconfirmed_total",
+        "Firing-path writes (acks) applied on the Redis master but not confirmed by \
+         redis.wait_replicas replicas within redis.wait_timeout, by operation; counted done, \
+         a failover could lose them"
+    );
 }
 
 /// When the queue gauges were last refreshed (the lock also makes concurrent scrapes share

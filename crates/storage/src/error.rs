@@ -104,7 +104,8 @@ pub enum StorageError {
     },
     /// `WAIT` saw fewer replicas confirm the write than `wait_replicas` asks for, within its
     /// timeout. The write is on the master, but a failover now could lose it; trying again
-    /// later can succeed (an `ack` retried with the same token only waits again).
+    /// later can succeed (an `ack` retried with the same token only waits again). The engine
+    /// does not retry an ack for it: the ack is applied, so the node counts it done.
     #[error(
         "{operation} is on the Redis master, but only {confirmed} of {wanted} replicas confirmed \
          it within redis.wait_timeout; a failover now could lose it"

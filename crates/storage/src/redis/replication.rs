@@ -17,11 +17,13 @@
 //! When fewer replicas confirm within the timeout, the caller gets
 //! [`StorageError::ReplicationTimeout`] (transient) after about that timeout. The write stays
 //! on the master. An `ack` that was applied but not confirmed is remembered (for
-//! [`UNCONFIRMED_KEPT`]): the engine retries it while the lease holds, and a retry with the
-//! same token only waits for the replicas again, then reports the outcome of the first call
-//! (the script would now call the token stale, as the task is no longer in flight).
+//! [`UNCONFIRMED_KEPT`]): a retry with the same token only waits for the replicas again, then
+//! reports the outcome of the first call (the script would now call the token stale, as the
+//! task is no longer in flight). The engine does not retry an ack for this error (it is
+//! applied: the node counts it done, see the engine's `unconfirmed.rs`), only for a lost
+//! connection or a timeout, which may come after the script applied it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use delayq_redis::{RedisConnection, TopologyKind};
@@ -59,8 +61,17 @@ pub(crate) struct Replication {
     wait: WaitReplicas,
     /// One round of `WAIT`s in flight per connection; an item is the key a write went to.
     waits: Batcher<Writer, String, WaitReply>,
-    /// Acks applied but not confirmed, with their outcome and when.
-    unconfirmed: Mutex<HashMap<LeaseToken, (AckOutcome, Instant)>>,
+    /// Acks applied but not confirmed.
+    unconfirmed: Mutex<Unconfirmed>,
+}
+
+/// Acks applied but not confirmed, with their outcome and when, and the order they came in
+/// (oldest first; an entry whose ack was confirmed or remembered again since stays in the
+/// order until it comes to the front): remembering one costs O(1), not a scan of them all.
+#[derive(Default)]
+struct Unconfirmed {
+    acks: HashMap<LeaseToken, (AckOutcome, Instant)>,
+    order: VecDeque<(Instant, LeaseToken)>,
 }
 
 impl Replication {
@@ -80,13 +91,14 @@ impl Replication {
         Ok(Replication {
             wait,
             waits: Batcher::default(),
-            unconfirmed: Mutex::new(HashMap::new()),
+            unconfirmed: Mutex::new(Unconfirmed::default()),
         })
     }
 
     fn unconfirmed_ack(&self, token: &LeaseToken) -> Option<AckOutcome> {
         self.unconfirmed
             .lock()
+            .acks
             .get(token)
             .map(|(outcome, _)| *outcome)
     }
@@ -94,21 +106,24 @@ impl Replication {
     fn remember_ack(&self, token: &LeaseToken, outcome: AckOutcome) {
         let now = Instant::now();
         let mut unconfirmed = self.unconfirmed.lock();
-        unconfirmed.retain(|_, (_, at)| now.duration_since(*at) < UNCONFIRMED_KEPT);
-        if unconfirmed.len() >= UNCONFIRMED_MAX {
-            let oldest = unconfirmed
-                .iter()
-                .min_by_key(|(_, (_, at))| *at)
-                .map(|(token, _)| token.clone());
-            if let Some(oldest) = oldest {
-                unconfirmed.remove(&oldest);
+        let Unconfirmed { acks, order } = &mut *unconfirmed;
+        while let Some((at, oldest)) = order.front() {
+            let expired = now.duration_since(*at) >= UNCONFIRMED_KEPT;
+            if !expired && acks.len() < UNCONFIRMED_MAX && order.len() < 2 * UNCONFIRMED_MAX {
+                break;
             }
+            // Only the entry this place in the order stands for (not a later one).
+            if acks.get(oldest).is_some_and(|(_, kept)| kept == at) {
+                acks.remove(oldest);
+            }
+            order.pop_front();
         }
-        unconfirmed.insert(token.clone(), (outcome, now));
+        acks.insert(token.clone(), (outcome, now));
+        order.push_back((now, token.clone()));
     }
 
     fn forget_ack(&self, token: &LeaseToken) {
-        self.unconfirmed.lock().remove(token);
+        self.unconfirmed.lock().acks.remove(token);
     }
 }
 
