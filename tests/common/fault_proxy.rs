@@ -130,6 +130,13 @@ impl Drop for FaultProxy {
     }
 }
 
+/// Linger 0: dropping the socket sends a reset, not a FIN (and does not block: the
+/// deprecation is about a non-zero linger).
+#[allow(deprecated)]
+fn reset_on_drop(stream: &TcpStream) -> std::io::Result<()> {
+    stream.set_linger(Some(Duration::ZERO))
+}
+
 /// Waits while `mode` is a blackhole; `false` when the link must end (reset or stop).
 async fn wait_while_blackholed(mode: &mut watch::Receiver<Mode>) -> bool {
     loop {
@@ -153,17 +160,17 @@ async fn link(
     mut stop: watch::Receiver<bool>,
 ) {
     if *mode.borrow() == Mode::Reset {
-        let _ = client.set_linger(Some(Duration::ZERO));
+        let _ = reset_on_drop(&client);
         return;
     }
     let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
-        let _ = client.set_linger(Some(Duration::ZERO));
+        let _ = reset_on_drop(&client);
         return;
     };
     let _ = client.set_nodelay(true);
     let _ = server.set_nodelay(true);
-    let _ = client.set_linger(Some(Duration::ZERO));
-    let _ = server.set_linger(Some(Duration::ZERO));
+    let _ = reset_on_drop(&client);
+    let _ = reset_on_drop(&server);
     let (client_read, client_write) = client.into_split();
     let (server_read, server_write) = server.into_split();
     let up = direction(client_read, server_write, mode.clone());

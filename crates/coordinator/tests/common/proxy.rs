@@ -46,7 +46,13 @@ impl Proxy {
                 all.lock().push(link.clone());
                 let (client_read, client_write) = client.into_split();
                 let (server_read, server_write) = server.into_split();
-                tokio::spawn(pump(client_read, server_write, link.clone(), true, delay.clone()));
+                tokio::spawn(pump(
+                    client_read,
+                    server_write,
+                    link.clone(),
+                    true,
+                    delay.clone(),
+                ));
                 tokio::spawn(pump(server_read, client_write, link, false, delay.clone()));
             }
         });
