@@ -255,8 +255,22 @@ fn check_runs(
 
 /// Schedules a second batch after the fault and checks that the affected node runs some.
 fn affected_node_fires_again(cluster: &Cluster, index: usize, first_batch: usize) {
+    // Back as a member is not yet owning partitions: wait until `delayq nodes` says it does.
+    let id = cluster.ids[index].clone();
+    wait_until(
+        Duration::from_secs(15),
+        &format!("node {index} to own partitions again"),
+        || {
+            let nodes = cluster.env.json(&["nodes", "--json"]);
+            nodes.as_array().into_iter().flatten().any(|node| {
+                node["id"].as_str() == Some(id.as_str())
+                    && node["partitions"].as_u64().unwrap_or(0) > 0
+            })
+        },
+        || cluster.env.json(&["nodes", "--json"]).to_string(),
+    );
     let lines: String = (0..30)
-        .map(|n| format!("{{\"id\":\"after{n}\",\"delay_ms\":{}}}\n", 200 + n * 30))
+        .map(|n| format!("{{\"id\":\"after{n}\",\"delay_ms\":{}}}\n", 500 + n * 60))
         .collect();
     load_tasks(&cluster.env, QUEUE, &lines, 30);
     cluster
