@@ -11,6 +11,8 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub mod fault_proxy;
+
 use delayq_testkit::RedisServer;
 use serde::Deserialize;
 use serde_json::Value;

@@ -351,6 +351,47 @@ async fn a_crash_during_the_quiet_time_after_a_stall_is_still_detected() {
     assert_eq!(view(nodes[0].as_ref()).epoch, epoch + 1);
 }
 
+/// Guarantee 9: a node whose every heartbeat comes a "long gap" after its previous one (each
+/// sets the stall marker anew) must not keep a dead member in. Before the marker carried the
+/// time the silence began, it was renewed by every late beat and nobody was ever removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_heartbeats_again_and_again_do_not_keep_a_dead_member_in() {
+    const PERIOD: u64 = 200;
+    const TTL: u64 = 1_000;
+    let redis = Redis::start();
+    let proxy = common::proxy::Proxy::start(redis.server.port()).await;
+    let a = redis.join("a", PERIOD, TTL).await;
+    let dead = redis.join("dead", PERIOD, TTL).await;
+    let late = RedisCoordinator::join(
+        ConnectOptions::new(Topology::standalone(proxy.url())),
+        config("late", PERIOD, TTL),
+        Arc::new(SystemClock),
+    )
+    .await
+    .expect("join through the proxy");
+    let nodes: Vec<Arc<dyn Coordinator>> = vec![a, late];
+    let mut all = sorted_ids(&nodes);
+    all.push(dead.node_id().clone());
+    all.sort();
+    wait_for(Duration::from_secs(5), || async { agree(&nodes, &all) })
+        .await
+        .expect("three members");
+    // Round trips of ~860 ms: above TTL - period (a long gap, every beat), below the TTL.
+    proxy.set_delay(430);
+    tokio::time::sleep(Duration::from_millis(2 * TTL)).await;
+    dead.crash();
+    let survivors = sorted_ids(&nodes);
+    // Its deadline, one TTL of slack before the late node's silence began, one gap, periods.
+    let bound = Duration::from_millis(3 * TTL + 2 * PERIOD) + SLACK;
+    let took = wait_for(bound + Duration::from_secs(5), || async {
+        agree(&nodes[..1], &survivors)
+    })
+    .await;
+    proxy.set_delay(0);
+    let took = took.unwrap_or_else(|| panic!("the dead member was never removed"));
+    assert!(took <= bound, "removed after {took:?}, bound {bound:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_wakeups_stays_bounded_and_urgent_ones_get_through() {
     let redis = Redis::start();

@@ -1,9 +1,10 @@
 //! A TCP proxy in front of a Redis server that can turn the subscriber connections going
 //! through it half-open: their bytes are read and dropped in both directions, while the
 //! sockets stay open (a dead host or a dropped route, without a reset). New connections
-//! work as usual.
+//! work as usual. It can also hold every chunk for a while before forwarding it (a slow
+//! link: late heartbeats).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,6 +24,7 @@ pub struct Proxy {
     port: u16,
     links: Arc<parking_lot::Mutex<Vec<Arc<Link>>>>,
     accepted: Arc<AtomicUsize>,
+    delay_ms: Arc<AtomicU64>,
 }
 
 impl Proxy {
@@ -32,7 +34,8 @@ impl Proxy {
         let port = listener.local_addr().expect("address").port();
         let links: Arc<parking_lot::Mutex<Vec<Arc<Link>>>> = Arc::default();
         let accepted = Arc::new(AtomicUsize::new(0));
-        let (all, count) = (links.clone(), accepted.clone());
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let (all, count, delay) = (links.clone(), accepted.clone(), delay_ms.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
@@ -43,14 +46,21 @@ impl Proxy {
                 all.lock().push(link.clone());
                 let (client_read, client_write) = client.into_split();
                 let (server_read, server_write) = server.into_split();
-                tokio::spawn(pump(client_read, server_write, link.clone(), true));
-                tokio::spawn(pump(server_read, client_write, link, false));
+                tokio::spawn(pump(
+                    client_read,
+                    server_write,
+                    link.clone(),
+                    true,
+                    delay.clone(),
+                ));
+                tokio::spawn(pump(server_read, client_write, link, false, delay.clone()));
             }
         });
         Proxy {
             port,
             links,
             accepted,
+            delay_ms,
         }
     }
 
@@ -62,6 +72,11 @@ impl Proxy {
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Holds every chunk read from now on for `ms` before forwarding it (0: none).
+    pub fn set_delay(&self, ms: u64) {
+        self.delay_ms.store(ms, Ordering::SeqCst);
     }
 
     /// Makes every subscriber connection open now half-open; returns how many.
@@ -83,6 +98,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     link: Arc<Link>,
     from_client: bool,
+    delay_ms: Arc<AtomicU64>,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -100,6 +116,10 @@ async fn pump(
         }
         if link.frozen.load(Ordering::SeqCst) {
             continue;
+        }
+        let delay = delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
         }
         if to.write_all(chunk).await.is_err() {
             return;

@@ -31,13 +31,16 @@
 -- server's TIME: ARGV[7], ARGV[8]) sets the marker as well, even when this node's own
 -- deadline survived the gap: the others', refreshed up to one period earlier, may not have.
 -- A node removed while it was away finds its entry gone instead: it re-registers (added = 1)
--- and sets no marker unless its gap was long.
+-- and sets no marker unless its gap was long. The marker's value is when the silence began;
+-- members dead since well before it are still removed (see below), so late heartbeats that
+-- set the marker again and again never keep a dead member in.
 --
 -- KEYS[1]   registry   HASH   node id -> JSON entry
 -- KEYS[2]   epoch      STRING membership epoch
 -- KEYS[3]   heartbeat  STRING this node's `hb:<id>` (expires after the TTL; for the
 --                             previous release, which checks it)
--- KEYS[4]   stall      STRING set for one TTL after a stall was seen: nobody is removed
+-- KEYS[4]   stall      STRING set for one TTL after a stall was seen, to the server time (ms)
+--                             the silence began: only members dead since before are removed
 -- KEYS[5]   deadlines  ZSET   node id -> heartbeat deadline (ms, server time)
 -- KEYS[6..] `hb:<id>` keys of the members without a deadline, in the order of ARGV[11..]
 -- ARGV[1]   this node's id
@@ -65,13 +68,36 @@ redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
 redis.call('ZADD', KEYS[5], now_ms + tonumber(ARGV[3]), ARGV[1])
 local added = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 local stalled = 0
+local ttl_ms = tonumber(ARGV[3])
 if (not was_beating and added == 0) or long_gap then
   stalled = 1
-  redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
+  -- The marker holds when this node's silence began (its previous heartbeat, or its last
+  -- deadline minus the TTL): see the removal below.
+  local silent_since = now_ms
+  if previous_ms > 0 then
+    silent_since = previous_ms
+  elseif own then
+    silent_since = tonumber(own) - ttl_ms
+  end
+  redis.call('SET', KEYS[4], string.format('%d', silent_since), 'PX', ARGV[3])
 end
 local removed = {}
-if redis.call('EXISTS', KEYS[4]) == 0 then
-  local passed = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', now_ms - 1, 'LIMIT', 0, tonumber(ARGV[10]))
+-- While the marker is set, a member is removed only if its deadline passed more than one TTL
+-- before the silence the marker names began: it was dead before anybody could have been kept
+-- from beating (one TTL of slack for the last refreshes a failover may lose). Without the
+-- marker, every passed deadline counts. So a node whose heartbeats are late again and again
+-- (each one a long gap, each one setting the marker anew) delays the removal of a dead member
+-- by about one TTL and one gap, never for as long as it stays late. A marker of the previous
+-- release ('1') protects everybody, as that release did.
+local legacy_checks = true
+local remove_before = now_ms
+local marker = redis.call('GET', KEYS[4])
+if marker then
+  legacy_checks = false
+  remove_before = math.min(now_ms, (tonumber(marker) or 0) - ttl_ms)
+end
+do
+  local passed = redis.call('ZRANGEBYSCORE', KEYS[5], '-inf', '(' .. string.format('%d', remove_before), 'LIMIT', 0, tonumber(ARGV[10]))
   for _, id in ipairs(passed) do
     -- Gone from the registry already (removed by a node of the previous release, which does
     -- not know this ZSET): only the deadline is left to drop, no bump.
@@ -82,7 +108,7 @@ if redis.call('EXISTS', KEYS[4]) == 0 then
   end
   for i = 6, #KEYS do
     local id = ARGV[i + 5]
-    if redis.call('EXISTS', KEYS[i]) == 0 and redis.call('HDEL', KEYS[1], id) == 1 then
+    if legacy_checks and redis.call('EXISTS', KEYS[i]) == 0 and redis.call('HDEL', KEYS[1], id) == 1 then
       removed[#removed + 1] = id
     end
   end
