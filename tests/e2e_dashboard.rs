@@ -19,6 +19,10 @@
 //! - Behind a reverse proxy that serves the page at `/prefix/` and strips the prefix, the
 //!   page, its assets, its refreshes and its actions all go through the proxy.
 //!
+//! Against the page before issue 17 item 11 both of these failed: under `#queue=%E0%A4%A` the
+//! script died on `decodeURIComponent` (the page stayed at "loading…"), and behind the proxy
+//! its absolute `<base href="/">` sent every request outside `/prefix/`.
+//!
 //! No page may log a console error. Without Chromium both tests print one SKIPPED line
 //! (past the test harness's output capture) and pass.
 
