@@ -13,12 +13,28 @@
 //!   it started, retries and purges all the dead letters of a queue, and pauses a recurring
 //!   schedule and a queue (the buttons send the token too).
 //!
-//! Neither page may log a console error. Without Chromium both tests print one SKIPPED line
+//! - A link whose `#queue=` fragment is malformed (a percent-encoding `decodeURIComponent`
+//!   rejects, markup, an unknown queue) leaves the page listing the queues and refreshing,
+//!   with a notice and no queue of the fragment's; nothing of it becomes markup.
+//! - Behind a reverse proxy that serves the page at `/prefix/` and strips the prefix, the
+//!   page, its assets, its refreshes and its actions all go through the proxy.
+//!
+//! Against the page before issue 17 item 11 both of these failed: under `#queue=%E0%A4%A` the
+//! script died on `decodeURIComponent` (the page stayed at "loading…"), and behind the proxy
+//! its absolute `<base href="/">` sent every request outside `/prefix/`.
+//!
+//! No page may log a console error. Without Chromium both tests print one SKIPPED line
 //! (past the test harness's output capture) and pass.
 
 mod common;
 mod e2e_http_support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::Request;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use chromiumoxide::page::Page;
 use common::{logged_http_url, wait_for_dead, wait_until, Env, NodeProcess};
 use e2e_http_support::{
@@ -387,6 +403,283 @@ async fn dashboard_of_serve_asks_for_the_token_once_and_retries_and_purges_all()
     // The prompt's own 401s are the browser's network log, not errors of the page.
     browser.finish(&["401 (Unauthorized)"]).await;
     drop(serve);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_survives_a_malformed_queue_fragment() {
+    let Some(chromium) = chromium() else { return };
+    let env = Env::start("queue_defaults:\n  partitions: 4\n");
+    env.json(&["schedule", "alpha", "a-1", "--in", "1h"]);
+    env.json(&["schedule", "beta", "b-1", "--in", "1h"]);
+    let serve = Serve::start(&env, &["--listen", "127.0.0.1:0"], &[]);
+
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Chromium::launch(&chromium).await;
+    let page = &browser.page;
+    // (fragment, whether the page says it ignored it)
+    let fragments = [
+        // decodeURIComponent throws URIError on these two.
+        ("#queue=%E0%A4%A", true),
+        ("#queue=%", true),
+        ("#queue=", false),
+        ("#queue=<script>window.injected=1</script>", true),
+        (
+            "#queue=%3Cimg%20src%3Dx%20onerror%3D%22window.injected%3D2%22%3E",
+            true,
+        ),
+        ("#queue=no-such-queue", true),
+        ("#x=1&queue=%ZZ&y=2", true),
+    ];
+    for (index, (fragment, noticed)) in fragments.into_iter().enumerate() {
+        page.goto("about:blank").await.expect("leave the page");
+        page.goto(format!("{}/{fragment}", serve.url))
+            .await
+            .expect("open the dashboard");
+        // Not blank: the queues are listed, the first one selected as with no fragment.
+        wait_for(
+            page,
+            &format!("the queue list under {fragment}"),
+            "$count('#queues tr[data-queue]') === 2",
+        )
+        .await;
+        wait_for(
+            page,
+            &format!("alpha selected under {fragment}"),
+            "$text('#queues tr.selected td.queue') === 'alpha' && $text('#pending').includes('a-1')",
+        )
+        .await;
+        if noticed {
+            wait_for(
+                page,
+                &format!("the notice about {fragment}"),
+                "!document.getElementById('toast').hidden && $text('#toast').includes('Ignored the link')",
+            )
+            .await;
+            assert!(
+                !eval::<String>(page, "location.hash")
+                    .await
+                    .contains("queue="),
+                "the bad fragment is dropped from the address"
+            );
+        }
+        let injected: String = eval(
+            page,
+            "String(window.injected) + ' ' + $count('img') + ' ' + $count('script')",
+        )
+        .await;
+        assert_eq!(
+            injected, "undefined 0 1",
+            "nothing of {fragment} became markup"
+        );
+        for label in ["#upcoming-title", "#dead-title"] {
+            let text: String = eval(page, &format!("$text('{label}')")).await;
+            assert!(
+                !text.contains('<') && !text.contains('%'),
+                "{label}: {text}"
+            );
+        }
+        // Still polling: a task scheduled now shows up without a reload.
+        if index == 0 {
+            env.json(&["schedule", "alpha", "a-2", "--in", "2h"]);
+            wait_for(
+                page,
+                "a-2 among the upcoming",
+                "$text('#pending').includes('a-2')",
+            )
+            .await;
+        }
+        assert_keeps_refreshing(page).await;
+    }
+
+    // A fragment naming a queue that exists still selects it.
+    page.goto("about:blank").await.expect("leave the page");
+    page.goto(format!("{}/#queue=beta", serve.url))
+        .await
+        .expect("open the dashboard");
+    wait_for(
+        page,
+        "beta selected",
+        "$text('#queues tr.selected td.queue') === 'beta' && $text('#pending').includes('b-1')",
+    )
+    .await;
+    assert_eq!(eval::<String>(page, "location.hash").await, "#queue=beta");
+    browser.finish(&[]).await;
+    drop(serve);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_works_behind_a_proxy_that_strips_a_path_prefix() {
+    let Some(chromium) = chromium() else { return };
+    let env = Env::start("queue_defaults:\n  partitions: 4\n");
+    env.json(&["schedule", "orders", "o-1", "--in", "1h"]);
+    env.json(&["schedule", "payments", "p-1", "--in", "2h"]);
+    let serve = Serve::start(&env, &["--listen", "127.0.0.1:0"], &[]);
+    let proxy = Proxy::start(&serve.url).await;
+
+    let _one = ONE_BROWSER.lock().await;
+    let browser = Chromium::launch(&chromium).await;
+    let page = &browser.page;
+    let url = format!("{}/prefix/", proxy.url);
+    page.goto(url.as_str()).await.expect("open the dashboard");
+    wait_for_text(page, &["orders", "payments", "o-1"]).await;
+    assert_eq!(eval::<String>(page, "document.baseURI").await, url);
+    assert_keeps_refreshing(page).await;
+
+    // The actions go through the proxy too.
+    click(page, "#queues tr[data-queue=\"payments\"]").await;
+    wait_for(
+        page,
+        "payments' upcoming tasks",
+        "$text('#pending').includes('p-1')",
+    )
+    .await;
+    pause_queue_from_the_page(&env, page, "orders", true).await;
+    pause_queue_from_the_page(&env, page, "orders", false).await;
+    fill(page, "#lookup input[name=queue]", "orders").await;
+    fill(page, "#lookup input[name=id]", "o-1").await;
+    click(page, "#lookup button[type=submit]").await;
+    wait_for(
+        page,
+        "the looked-up task",
+        "$text('#lookup-result .state') === 'pending'",
+    )
+    .await;
+
+    // A reload keeps the selected queue (the fragment) and the prefix.
+    page.reload().await.expect("reload");
+    wait_for(
+        page,
+        "payments selected after the reload",
+        "$text('#queues tr.selected td.queue') === 'payments' && $text('#pending').includes('p-1')",
+    )
+    .await;
+    assert_eq!(
+        eval::<String>(page, "location.pathname + location.hash").await,
+        "/prefix/#queue=payments"
+    );
+    let outside = proxy.outside.lock().expect("lock").clone();
+    assert!(
+        outside.is_empty(),
+        "the page asked for paths outside /prefix/: {outside:?}"
+    );
+    assert!(proxy.forwarded.load(Ordering::Relaxed) > 10);
+    browser.finish(&[]).await;
+    drop(serve);
+}
+
+/// Waits for two more refreshes of the page (its `updated` time changes twice).
+async fn assert_keeps_refreshing(page: &Page) {
+    for _ in 0..2 {
+        let before = eval::<String>(page, "$text('#updated')").await;
+        wait_for(
+            page,
+            "another refresh",
+            &format!("$text('#updated') !== {before:?} && $text('#updated').startsWith('updated')"),
+        )
+        .await;
+    }
+}
+
+/// A reverse proxy on 127.0.0.1 that serves an upstream under `/prefix/`, as
+/// `location /prefix/ { proxy_pass http://upstream/; }` of nginx does: it strips the prefix
+/// from the path, forwards the request (method, headers but `Host`, body) and copies the
+/// answer back; `/prefix` redirects to `/prefix/`; any other path is its own 404 (recorded:
+/// a page with absolute URLs asks for those).
+struct Proxy {
+    /// `http://127.0.0.1:PORT`.
+    url: String,
+    /// The paths asked for outside the prefix.
+    outside: Arc<Mutex<Vec<String>>>,
+    /// Requests forwarded upstream.
+    forwarded: Arc<AtomicUsize>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: &str) -> Proxy {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+        let outside = Arc::new(Mutex::new(Vec::new()));
+        let forwarded = Arc::new(AtomicUsize::new(0));
+        let (upstream, seen, count) = (upstream.to_owned(), outside.clone(), forwarded.clone());
+        let app = axum::Router::new().fallback(move |request: Request| {
+            let (client, upstream, seen, count) = (
+                client.clone(),
+                upstream.clone(),
+                seen.clone(),
+                count.clone(),
+            );
+            async move {
+                let target = request
+                    .uri()
+                    .path_and_query()
+                    .map_or("/", |path| path.as_str())
+                    .to_owned();
+                match target.strip_prefix("/prefix") {
+                    Some(rest) if rest.starts_with('/') => {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        forward(&client, &format!("{upstream}{rest}"), request).await
+                    }
+                    Some("") => (
+                        StatusCode::MOVED_PERMANENTLY,
+                        [(header::LOCATION, "/prefix/")],
+                    )
+                        .into_response(),
+                    _ => {
+                        seen.lock().expect("lock").push(target);
+                        (StatusCode::NOT_FOUND, "not behind this proxy").into_response()
+                    }
+                }
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the proxy");
+        let url = format!("http://{}", listener.local_addr().expect("its address"));
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Proxy {
+            url,
+            outside,
+            forwarded,
+            server,
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// Sends `request` to `target` and gives back its answer (502 when upstream fails).
+async fn forward(client: &reqwest::Client, target: &str, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, 1 << 20).await else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let hop = [header::HOST, header::CONNECTION, header::CONTENT_LENGTH];
+    let mut outgoing = client.request(parts.method, target).body(body);
+    for (name, value) in &parts.headers {
+        if !hop.contains(name) {
+            outgoing = outgoing.header(name, value);
+        }
+    }
+    let Ok(answer) = outgoing.send().await else {
+        return StatusCode::BAD_GATEWAY.into_response();
+    };
+    let mut response = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        if !hop.contains(name) && name != header::TRANSFER_ENCODING {
+            response = response.header(name, value);
+        }
+    }
+    let body = answer.bytes().await.unwrap_or_default();
+    response
+        .body(axum::body::Body::from(body))
+        .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }
 
 /// After a few refreshes: still no prompt beyond the first two (the refused token and the

@@ -17,8 +17,28 @@ function meta(name) {
   return tag ? tag.content : "";
 }
 
+// A queue's name, as the server accepts it (1..=64 characters of [A-Za-z0-9_.-]).
+const QUEUE_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+
+// The queue a link names in its fragment (#queue=NAME), as { name, bad }: name is "" when
+// the fragment names none; bad is the raw fragment when it cannot name a queue (a broken
+// percent-encoding, which makes decodeURIComponent throw, or characters no queue name has).
+// Never throws: a bad fragment only means no queue is selected.
+function queueFromHash() {
+  const raw = (location.hash.match(/queue=([^&]*)/) || [])[1] || "";
+  if (!raw) return { name: "", bad: "" };
+  let name = null;
+  try { name = decodeURIComponent(raw); } catch (_) { name = null; }
+  if (name === null || !QUEUE_NAME.test(name)) return { name: "", bad: raw };
+  return { name, bad: "" };
+}
+
+const fromHash = queueFromHash();
+
 const state = {
-  selected: decodeURIComponent((location.hash.match(/queue=([^&]+)/) || [])[1] || ""),
+  selected: fromHash.name,
+  // The queue the fragment named, until the first answer says whether it exists.
+  fromHash: fromHash.name,
   paused: false,
   timer: null,
   askingToken: null,
@@ -221,8 +241,22 @@ function countCell(value, tone) {
   return el("td", { class: `num ${value ? tone : "muted"}` }, count(value));
 }
 
+// A link's fragment naming a queue the cluster does not have (or no queue at all): a small
+// notice, the fragment dropped from the address, and the page as if it named none.
+function dropBadFragment(what, why) {
+  toast(`Ignored the link's #queue=${preview(what, 64)}: ${why}`, "warn");
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
 function renderQueues(stats, lateness) {
   const names = Object.keys(stats).sort();
+  if (state.fromHash) {
+    if (state.selected === state.fromHash && !stats[state.selected]) {
+      dropBadFragment(state.fromHash, "no such queue");
+      state.selected = "";
+    }
+    state.fromHash = "";
+  }
   if (!state.selected && names.length) {
     state.selected = names.find((name) => stats[name].dead > 0) || names[0];
   }
@@ -503,4 +537,5 @@ if (!state.fires) {
   document.getElementById("lateness-hint").textContent =
     "lateness is measured where tasks fire (a node's dashboard or /metrics) · ";
 }
+if (fromHash.bad) dropBadFragment(fromHash.bad, "not a queue name");
 refresh();

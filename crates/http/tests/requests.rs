@@ -173,7 +173,10 @@ async fn the_router_works_mounted_under_a_path() {
         let (status, html) = api.get(page).await;
         assert_eq!(status, 200, "{page}");
         let html = html.as_str().unwrap_or_default();
-        assert!(html.contains(r#"<base href="/delayq/">"#), "{page}: {html}");
+        assert!(
+            html.contains(r#"<base href="./delayq/">"#),
+            "{page}: {html}"
+        );
         assert!(
             html.contains(r#"<meta name="delayq-read-only" content="true">"#),
             "the page knows it is read-only"
