@@ -29,7 +29,7 @@ use serde::Deserialize;
 
 const QUEUES: &str = "\
 queue_defaults:
-  partitions: 12
+  partitions: 48
   max_attempts: 50
   timeout: 30s
   backoff: { initial: 100ms, max: 500ms }
@@ -312,7 +312,7 @@ fn a_node_stopped_longer_than_the_ttl_comes_back_without_firing_anything_twice_b
     let (lines, ids) = first_batch(count, 3_000, 9);
     load_tasks(&cluster.env, QUEUE, &lines, count as u64);
 
-    cluster.wait_until_running_on(1, 2);
+    cluster.wait_until_running_on(1, 1);
     let stopped = cluster.nodes[1].as_ref().expect("node 1");
     let fault_ms = now_ms();
     signal(stopped, "-STOP");
@@ -362,7 +362,7 @@ fn a_node_cut_off_from_redis_by_silence_comes_back_without_firing_anything_twice
     let (lines, ids) = first_batch(count, 3_000, 10);
     load_tasks(&cluster.env, QUEUE, &lines, count as u64);
 
-    cluster.wait_until_running_on(1, 2);
+    cluster.wait_until_running_on(1, 1);
     let fault_ms = now_ms();
     proxy.blackhole();
     let removed_ms = cluster.wait_for_membership(1, false, Duration::from_secs(15));
