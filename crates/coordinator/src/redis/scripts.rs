@@ -155,10 +155,21 @@ mod tests {
         );
 
         // The same, but a could not beat for 2 s (a failover): its own deadline survived,
-        // b's did not, and b may only have been cut off like a. Nobody is removed for one TTL.
+        // b's did not — it ran out just now, during a's silence — and b may only have been
+        // cut off like a. Nobody is removed for one TTL.
         assert!(Beat::new("b").run(&redis).await.added);
         expire(&redis, "b").await;
         let now = server_ms(&redis).await;
+        let _: i64 = redis
+            .query(
+                "ZADD",
+                redis::cmd("ZADD")
+                    .arg(&keys.deadlines)
+                    .arg(now.saturating_sub(1))
+                    .arg("b"),
+            )
+            .await
+            .expect("ZADD");
         let reply = Beat {
             previous_ms: now - 2_000,
             ..Beat::new("a")
