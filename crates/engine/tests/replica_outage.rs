@@ -219,9 +219,11 @@ async fn with_the_replica_gone_unconfirmed_acks_never_hold_a_slot_and_are_counte
     let counts = recorder.counts();
     let twice: Vec<_> = counts.iter().filter(|(_, fires)| **fires > 1).collect();
     assert!(twice.is_empty(), "fired more than once: {twice:?}");
-    assert_eq!(
-        unconfirmed, BURST as u64,
-        "every ack of the burst is counted as unconfirmed"
+    // Every ack of the burst is unconfirmed; a few acks of the first burst may be too (their
+    // WAIT raced the replica's start), never more than both bursts.
+    assert!(
+        (BURST as u64..=2 * BURST as u64).contains(&unconfirmed),
+        "every ack of the burst is counted as unconfirmed: {unconfirmed}"
     );
     eprintln!(
         "replica stopped: {BURST} tasks due at once all fired {fired_in:?} after their due \
