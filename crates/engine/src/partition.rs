@@ -230,7 +230,7 @@ impl Serving {
             }
             Err(error) => {
                 runtime.health.failed("peek_window", &error);
-                self.next_look = Instant::now() + engine.pull_period;
+                self.plan_next_look(engine.pull_period);
                 return true;
             }
         };
@@ -238,8 +238,7 @@ impl Serving {
             return false;
         }
         self.idle_looks += 1;
-        self.next_look = Instant::now() + self.idle_delay(now, head);
-        self.replan();
+        self.plan_next_look(self.idle_delay(now, head));
         true
     }
 
@@ -288,7 +287,7 @@ impl Serving {
             Err(error) => {
                 runtime.health.failed("look", &error);
                 self.quiet_looks = 0;
-                self.next_look = Instant::now() + engine.pull_period;
+                self.plan_next_look(engine.pull_period);
                 return;
             }
         };
@@ -315,6 +314,11 @@ impl Serving {
             self.idle_looks = 0;
             engine.pull_period
         };
+        self.plan_next_look(delay);
+    }
+
+    /// The next look comes after `delay`, or sooner if [`PartitionWorker::expect`] asked.
+    fn plan_next_look(&mut self, delay: Duration) {
         self.next_look = Instant::now() + delay;
         self.replan();
     }
