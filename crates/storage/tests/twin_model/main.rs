@@ -183,6 +183,27 @@ async fn run_case(
     }
 }
 
+/// Deletes each operation in turn while the case still fails (then with the new failure's
+/// transcript). Proptest's shrinking stops deleting operations once it has begun shrinking
+/// their arguments, so its minimal sequence can keep one that an argument shrink made
+/// redundant; after this pass every operation left is needed.
+fn drop_needless(
+    run: impl Fn(&[Op]) -> Result<(), String>,
+    mut ops: Vec<Op>,
+    mut transcript: String,
+) -> (Vec<Op>, String) {
+    let mut n = 0;
+    while n < ops.len() {
+        let mut fewer = ops.clone();
+        fewer.remove(n);
+        match run(&fewer) {
+            Err(fails_still) => (ops, transcript) = (fewer, fails_still),
+            Ok(()) => n += 1,
+        }
+    }
+    (ops, transcript)
+}
+
 #[test]
 fn redis_and_memory_answer_every_operation_sequence_alike() {
     let cases = env_number("DELAYQ_MODEL_CASES", DEFAULT_CASES);
@@ -218,16 +239,17 @@ fn redis_and_memory_answer_every_operation_sequence_alike() {
     );
     let runs = AtomicUsize::new(0);
     let coverage = Coverage::default();
+    let run = |universe: &Universe, ops: &[Op]| {
+        let case = runs.fetch_add(1, Ordering::Relaxed);
+        runtime.block_on(run_case(&url, case, universe, ops, &coverage))
+    };
     let started = Instant::now();
     let outcome = runner.run(&ops::case(max_ops), |(universe, ops)| {
-        let case = runs.fetch_add(1, Ordering::Relaxed);
-        runtime
-            .block_on(run_case(&url, case, &universe, &ops, &coverage))
-            .map_err(TestCaseError::fail)
+        run(&universe, &ops).map_err(TestCaseError::fail)
     });
-    let runs = runs.load(Ordering::Relaxed);
     match outcome {
         Ok(()) => {
+            let runs = runs.load(Ordering::Relaxed);
             let coverage = coverage
                 .into_inner()
                 .unwrap_or_else(PoisonError::into_inner);
@@ -241,15 +263,22 @@ fn redis_and_memory_answer_every_operation_sequence_alike() {
                 seen.join("\n")
             );
         }
-        Err(TestError::Fail(transcript, (universe, ops))) => panic!(
-            "the Redis and memory stores differ (seed {seed}; {runs} runs, shrinking included, \
-             in {:.1?}). Minimal sequence, {} operations:\n{}\nas drawn: {universe:?}\n{ops:#?}\n\
-             redis-server log:\n{}",
-            started.elapsed(),
-            ops.len(),
-            transcript.message(),
-            server.log()
-        ),
+        Err(TestError::Fail(transcript, (universe, ops))) => {
+            let (ops, transcript) = drop_needless(
+                |fewer| run(&universe, fewer),
+                ops,
+                transcript.message().to_owned(),
+            );
+            panic!(
+                "the Redis and memory stores differ (seed {seed}; {} runs, shrinking included, \
+                 in {:.1?}). Minimal sequence, {} operations:\n{transcript}\n\
+                 as drawn: {universe:?}\n{ops:?}\nredis-server log:\n{}",
+                runs.load(Ordering::Relaxed),
+                started.elapsed(),
+                ops.len(),
+                server.log()
+            )
+        }
         Err(TestError::Abort(why)) => panic!("twin model aborted (seed {seed}): {why}"),
     }
 }
