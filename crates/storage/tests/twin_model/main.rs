@@ -17,9 +17,16 @@
 //! whole state is read from both: `queues`, `paused_queues`, and per partition `stats`, the
 //! pending tasks, `list_dead` and `peek_dead`, and `get` of every id.
 //!
+//! `recover_claim` is compared only within 500 ms of wall time after the partition's latest
+//! claim: the Redis backend's receipt expires `max(lease, 1 s)` after the claim on Redis
+//! `TIME`, the memory backend's only with the next claim (with a 1.1 s pause before each
+//! `recover_claim`, the model shrinks that to schedule, claim, recover).
+//!
 //! Left out: recurring schedules (their own conformance cases), rate tokens and global slots
-//! (engine controls with their own cases), `delete_queue`, and concurrency (each operation
-//! runs alone; the conformance suite's `races` cases cover that).
+//! (engine controls with their own cases), `delete_queue`, the end of the executed retention
+//! (real time on both; only 0 and 1 h are drawn), partitions outside a queue's count (the
+//! caller routes; only the memory backend checks), and concurrency (each operation runs
+//! alone; the conformance suite's `races` cases cover that).
 //!
 //! # Time
 //! Every due, `now` and lease deadline is an argument, the same for both stores, counted

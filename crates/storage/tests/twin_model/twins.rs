@@ -17,6 +17,13 @@ use crate::ops::{Due, Target, TaskRef, TaskSpec, Universe, BASE, IDS, PAYLOADS, 
 /// The most records a read of the final state asks for (more than a case can make).
 const ALL: usize = 1_000;
 
+/// How long after a claim its receipt is surely still there on Redis, in wall-clock ms. The
+/// Redis backend keeps a claim's receipt for `max(lease, 1 s)` of Redis `TIME` (every lease
+/// of the model is at most 1 s), the memory backend until the next claim of the partition;
+/// `recover_claim` is only compared within this bound, so that a slow case on a loaded machine
+/// does not see that difference (which only shows after the lease).
+const RECEIPT_FRESH_MS: u64 = 500;
+
 /// Redis first, memory second: the index of a backend in the pairs below.
 const SIDES: [&str; 2] = ["redis", "memory"];
 
@@ -62,6 +69,8 @@ pub struct Twins {
     scheduled: HashMap<(QueueName, TaskId), u64>,
     /// The tasks scheduled, oldest first.
     recent: Vec<(Partition, TaskId)>,
+    /// When (wall clock) each partition's latest claim that took tasks began: its receipt.
+    receipts: HashMap<Partition, u64>,
     generations: [Generations; 2],
     checkpoints: Checkpoints,
 }
@@ -140,6 +149,7 @@ impl Twins {
             leases: Vec::new(),
             scheduled: HashMap::new(),
             recent: Vec::new(),
+            receipts: HashMap::new(),
             generations: Default::default(),
             checkpoints: Checkpoints::default(),
         }
@@ -225,6 +235,13 @@ impl Twins {
                 len => self.recent[len - 1 - usize::from(back) % len].clone(),
             },
         }
+    }
+
+    /// Whether `partition`'s latest receipt (if any) is surely still kept by Redis.
+    fn receipt_is_fresh(&self, partition: &Partition) -> bool {
+        self.receipts
+            .get(partition)
+            .is_none_or(|&claimed_at| wall_ms() < claimed_at + RECEIPT_FRESH_MS)
     }
 
     /// Notes the due a producer last asked for, for a resend.

@@ -94,6 +94,10 @@ impl Twins {
                     .claim_due(&partition, now_ms, usize::from(limit), deadline_ms, owner)
                     .await);
                 if let [Ok(redis), Ok(memory)] = &raw {
+                    if !redis.tasks.is_empty() || !memory.tasks.is_empty() {
+                        let claimed_at = self.checkpoints.start_of(n);
+                        self.receipts.insert(partition.clone(), claimed_at);
+                    }
                     for (r, m) in redis.tasks.iter().zip(&memory.tasks) {
                         self.leases.push(Lease {
                             partition: partition.clone(),
@@ -124,6 +128,12 @@ impl Twins {
                     "recover_claim {partition} by {owner} lease until {}",
                     t(deadline_ms)
                 );
+                if !self.receipt_is_fresh(&partition) {
+                    return (
+                        format!("{what} (skipped: receipt too old)"),
+                        Self::skipped(),
+                    );
+                }
                 let raw = each!(self, |store, side| store
                     .recover_claim(&partition, owner, deadline_ms)
                     .await);
