@@ -39,7 +39,7 @@
 //! Each case gets a fresh key prefix (`model-<case>`) on one private `redis-server` and a
 //! fresh memory store. `DELAYQ_MODEL_CASES` (default 200) and `DELAYQ_MODEL_OPS` (default 40)
 //! size the run; the seed is random and printed, and `DELAYQ_MODEL_SEED=<n>` replays a run
-//! exactly (the same cases, the same shrinking); `DELAYQ_MODEL_TRACE=1` prints every case's
+//! (the same cases, and the same shrinking unless timing decides, as for `recover_claim`); `DELAYQ_MODEL_TRACE=1` prints every case's
 //! transcript.
 //!
 //! # No regressions file
@@ -66,7 +66,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 use crate::ops::{Op, Universe, BASE, MAX_PAYLOAD};
 use crate::twins::{Step, Twins};
 
-/// Cases run by default: about 11 s on 2 cores.
+/// Cases run by default: 7 to 14 s on 2 shared cores.
 const DEFAULT_CASES: u32 = 200;
 
 /// The most operations of a case by default.
