@@ -11,7 +11,8 @@
 -- ARGV[2]: limit
 -- ARGV[3]: lease deadline in ms
 -- ARGV[4]: owner (the claiming node), kept in the receipt
--- ARGV[5]: most payload bytes to return; at least one due task is always taken
+-- ARGV[5]: most payload bytes to return (headers and last errors do not count); at least one
+--          due task is always taken
 -- Returns: { next pending due (string) or false, count of claimed tasks, id1, record1, ...,
 --   then for each record moved to the dead letters: id, reason }. Each claimed record already
 -- carries its new claim number (the fencing token's), which is max(previous claim + 1, Redis
@@ -49,14 +50,24 @@ while first <= n and not full do
   local raws = redis.call('HMGET', tasks_key, unpack(ids))
   for j, id in ipairs(ids) do
     local raw = raws[j]
-    if raw and #claimed > 0 and bytes + #raw > max_bytes then
+    local gen, attempt, claim, due, sched_at, errlen, err_at
+    -- The budget counts payload bytes, as the memory backend does: not the header, not the
+    -- last error (neither is handed to the handler). An undecodable record counts whole.
+    local size = 0
+    if raw then
+      gen, attempt, claim, due, sched_at, errlen, err_at = string.match(raw, CLAIM_FIELDS)
+      size = #raw
+      if gen then
+        size = math.max(#raw - (err_at + (tonumber(errlen) or 0)) + 1, 0)
+      end
+    end
+    if raw and #claimed > 0 and bytes + size > max_bytes then
       full = true
       break
     end
     taken = taken + 1
     if raw then
       local score = entries[2 * (first + j - 1)]
-      local gen, attempt, claim, due, sched_at, errlen, err_at = string.match(raw, CLAIM_FIELDS)
       local reason
       if not gen then
         local _
@@ -81,7 +92,7 @@ while first <= n and not full do
         -- must keep it once the task leaves `due`); the rest is copied as it is.
         local record = '1|' .. gen .. '|' .. attempt .. '|' .. claim .. '|'
           .. (due ~= '' and due or score) .. '|' .. string.sub(raw, sched_at)
-        bytes = bytes + #raw
+        bytes = bytes + size
         records[#records + 1] = id
         records[#records + 1] = record
         leases[#leases + 1] = lease

@@ -42,9 +42,9 @@ const PIPELINES_IN_FLIGHT: usize = 4;
 const OPERATION: &str = "schedule_many";
 
 impl RedisStore {
-    /// Checks one item before anything is sent.
+    /// Checks one item before anything is sent: the payload first, then the due, in the
+    /// memory backend's order (a task wrong in both reports `PayloadTooLarge` on both).
     pub(crate) fn validate(&self, task: &NewTask) -> StorageResult<()> {
-        validate_due(task.due_ms)?;
         let max = self.options.max_payload;
         if task.payload.len() > max {
             return Err(StorageError::PayloadTooLarge {
@@ -53,6 +53,7 @@ impl RedisStore {
                 max,
             });
         }
+        validate_due(task.due_ms)?;
         Ok(())
     }
 

@@ -340,6 +340,7 @@ macro_rules! conformance_suite {
                 peek_window_skips_inflight_tasks,
                 partitions_are_independent,
                 claim_due_returns_at_most_max_claim_bytes_but_at_least_one_task,
+                max_claim_bytes_counts_payload_bytes_only,
                 recover_claim_returns_the_tasks_of_a_lost_reply_with_their_tokens,
                 recover_claim_of_another_claim_is_empty,
             ],
@@ -453,6 +454,7 @@ macro_rules! conformance_suite {
                 payload_over_max_payload_leaves_the_existing_task_alone,
                 payload_of_exactly_max_payload_is_accepted,
                 due_beyond_year_9999_is_rejected_and_nothing_is_stored,
+                payload_too_large_and_due_beyond_9999_is_payload_too_large,
             ],
         }
     };
