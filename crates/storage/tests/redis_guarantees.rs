@@ -166,3 +166,54 @@ async fn queues_of_the_old_registry_key_are_merged_once_on_upgrade() {
         16
     );
 }
+
+/// A burst of single schedules of large payloads into one partition: the coalescing batcher
+/// cuts them into script calls of at most 8 MiB (as `schedule_many` cuts its rounds), so a
+/// Redis whose `client-query-buffer-limit` is 12 MiB takes them all. Before the byte cap the
+/// 39 schedules that waited behind the first went as one 39 MB call, and Redis closed the
+/// connection on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
+    const TASKS: usize = 40;
+    const PAYLOAD: usize = 1_000_000;
+    let (server, store) = start().await;
+    let mut connection = server.client().get_connection().expect("connect");
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("client-query-buffer-limit")
+        .arg("12mb")
+        .query(&mut connection)
+        .expect("CONFIG SET client-query-buffer-limit");
+    let p = partition(&store).await;
+    let now = redis_now_ms(&server);
+    let schedules = (0..TASKS).map(|index| {
+        let store = store.clone();
+        let p = p.clone();
+        tokio::spawn(async move {
+            let task = NewTask {
+                id: TaskId::new(format!("big-{index}")).expect("valid id"),
+                due_ms: now + 600_000,
+                payload: Bytes::from(vec![b'a' + (index % 26) as u8; PAYLOAD]),
+            };
+            store.schedule(&p, task, ScheduleMode::Upsert).await
+        })
+    });
+    for (index, outcome) in futures::future::join_all(schedules)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let outcome = outcome.expect("no panic");
+        assert!(
+            matches!(outcome, Ok(delayq_storage::ScheduleOutcome::Created)),
+            "schedule {index}: {outcome:?}"
+        );
+    }
+    for index in 0..TASKS {
+        let id = TaskId::new(format!("big-{index}")).expect("valid id");
+        let info = store.get(&p, &id).await.expect("get").expect("stored");
+        assert_eq!(info.state, TaskState::Pending);
+        assert_eq!(info.payload.len(), PAYLOAD, "{id}");
+        assert_eq!(info.payload[0], b'a' + (index % 26) as u8, "{id}");
+    }
+}
