@@ -8,19 +8,48 @@ use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
+use crate::handler::ResourceExhausted;
 use crate::health::RetryBackoff;
 use crate::runtime::{next_run_number, QueueRuntime, RunningTask, Runtime};
 use crate::task::Task;
 
-/// Starts running `claimed` on the queue's handler; `slot` is held until the handler is done
-/// and the task has a settling place (see [`QueueRuntime::settling`]), `global` (a slot of
-/// the queue's `global_concurrency`) until the handler is done.
+/// The slots handlers hold: those a claim took for its tasks, or one task's share of them.
+pub(crate) struct Slots {
+    /// Of the queue's `concurrency`: held until the handler is done and the task has a
+    /// settling place (see [`QueueRuntime::settling`]).
+    pub(crate) queue: OwnedSemaphorePermit,
+    /// Of the node's `node.max_running` ([`Runtime::running_slots`]): held while the
+    /// handler runs.
+    pub(crate) node: OwnedSemaphorePermit,
+    /// Of the queue's `global_concurrency`, when it has one: held while the handler runs.
+    pub(crate) global: Option<OwnedSemaphorePermit>,
+}
+
+impl Slots {
+    /// One task's slots, taken out of a claim's; `None` when the queue's or the node's ran out.
+    pub(crate) fn split_one(&mut self) -> Option<Slots> {
+        let queue = self.queue.split(1)?;
+        let node = self.node.split(1)?;
+        let global = match self.global.as_mut() {
+            // Never more tasks than slots (the claim asked for as many); should that ever
+            // change, a task runs rather than waits a lease in flight.
+            Some(global) => global.split(1),
+            None => None,
+        };
+        Some(Slots {
+            queue,
+            node,
+            global,
+        })
+    }
+}
+
+/// Starts running `claimed` on the queue's handler, holding `slots` (see [`Slots`]).
 pub(crate) fn spawn_execution(
     runtime: Arc<Runtime>,
     queue: Arc<QueueRuntime>,
     claimed: ClaimedTask,
-    slot: OwnedSemaphorePermit,
-    global: Option<OwnedSemaphorePermit>,
+    slots: Slots,
 ) {
     let span = tracing::info_span!(
         "task",
@@ -30,13 +59,16 @@ pub(crate) fn spawn_execution(
         generation = claimed.generation,
     );
     let executions = runtime.executions.clone();
-    executions.spawn(execute(runtime, queue, claimed, slot, global).instrument(span));
+    executions.spawn(execute(runtime, queue, claimed, slots).instrument(span));
 }
 
 /// How a handler run ended.
 enum RunOutcome {
     Succeeded,
     Failed(String),
+    /// The handler could not start for lack of the node's resources ([`ResourceExhausted`]):
+    /// the task goes back without spending its attempt.
+    NoResources(String),
     /// Aborted by shutdown or a simulated crash: nothing to settle here.
     Aborted,
 }
@@ -45,9 +77,13 @@ async fn execute(
     runtime: Arc<Runtime>,
     queue: Arc<QueueRuntime>,
     claimed: ClaimedTask,
-    slot: OwnedSemaphorePermit,
-    global: Option<OwnedSemaphorePermit>,
+    slots: Slots,
 ) {
+    let Slots {
+        queue: slot,
+        node,
+        global,
+    } = slots;
     if runtime.killed.load(std::sync::atomic::Ordering::Relaxed) {
         // A crashed node runs nothing more; the lease expires and another node takes over.
         return;
@@ -93,6 +129,9 @@ async fn execute(
     let abort = handle.abort_handle();
     let outcome = match tokio::time::timeout(timeout, handle).await {
         Ok(Ok(Ok(()))) => RunOutcome::Succeeded,
+        Ok(Ok(Err(error))) if ResourceExhausted::is_cause_of(&*error) => {
+            RunOutcome::NoResources(error.to_string())
+        }
         Ok(Ok(Err(error))) => RunOutcome::Failed(error.to_string()),
         Ok(Err(join)) if join.is_panic() => {
             RunOutcome::Failed(format!("handler panicked: {}", panic_message(join)))
@@ -106,9 +145,11 @@ async fn execute(
             ))
         }
     };
-    // The handler runs no more: its cluster-wide slot is free for the next one at once.
+    // The handler runs no more: its cluster-wide and node-wide slots are free for the next
+    // one at once.
     drop(global);
-    if !matches!(outcome, RunOutcome::Aborted) {
+    drop(node);
+    if matches!(outcome, RunOutcome::Succeeded | RunOutcome::Failed(_)) {
         metrics::histogram!("delayq_handler_duration_seconds", "queue" => queue_label)
             .record(started.elapsed().as_secs_f64());
     }
@@ -121,7 +162,15 @@ async fn execute(
         // The lease stays renewed while the result is recorded (retried through an outage).
         match outcome {
             RunOutcome::Succeeded => settle_success(&runtime, &token).await,
-            RunOutcome::Failed(error) => settle_failure(&runtime, &queue, &claimed, &error).await,
+            RunOutcome::Failed(error) => {
+                let action = failure_action(&runtime, &queue, claimed.attempt);
+                settle_failure(&runtime, &claimed, &error, action).await;
+            }
+            RunOutcome::NoResources(error) => {
+                crate::resources::record(&queue.name, &error);
+                let due_ms = crate::resources::requeue_due_ms(runtime.clock.now_ms());
+                settle_failure(&runtime, &claimed, &error, FailAction::RequeueAt(due_ms)).await;
+            }
             RunOutcome::Aborted => {}
         }
     }
@@ -266,25 +315,37 @@ async fn settle_success(runtime: &Runtime, token: &LeaseToken) {
     }
 }
 
-async fn settle_failure(
-    runtime: &Runtime,
-    queue: &QueueRuntime,
-    claimed: &ClaimedTask,
-    error: &str,
-) {
-    let attempt = claimed.attempt;
-    let action = if attempt >= queue.settings.max_attempts {
+/// What follows a failed `attempt`: a retry after the queue's backoff, or the dead letters
+/// once `max_attempts` ran out.
+fn failure_action(runtime: &Runtime, queue: &QueueRuntime, attempt: u32) -> FailAction {
+    if attempt >= queue.settings.max_attempts {
         FailAction::DeadLetter
     } else {
         let jitter: f64 = rand::rng().random();
         let delay = queue.settings.backoff_delay(attempt, jitter);
         FailAction::RetryAt(runtime.clock.now_ms() + delay.as_millis() as u64)
-    };
+    }
+}
+
+async fn settle_failure(runtime: &Runtime, claimed: &ClaimedTask, error: &str, action: FailAction) {
+    let attempt = claimed.attempt;
     let outcome = with_retries(runtime, "fail", || {
         runtime.store.fail(&claimed.token, error, action)
     })
     .await;
     match outcome {
+        Some(FailOutcome::Retrying { due_ms, .. })
+            if matches!(action, FailAction::RequeueAt(_)) =>
+        {
+            // Warned about rate-limited by `resources::record`: these come in floods.
+            tracing::debug!(
+                error,
+                attempt,
+                retry_at_ms = due_ms,
+                "handler could not start for lack of resources; put back, attempt not spent"
+            );
+            runtime.arm_if_owned(&claimed.token.partition, due_ms);
+        }
         Some(FailOutcome::Retrying { attempt, due_ms }) => {
             completed(&claimed.token.partition.queue, "retry");
             tracing::warn!(

@@ -42,15 +42,17 @@ mod limits;
 mod partition;
 mod read_cache;
 pub mod recurring;
+mod resources;
 mod runtime;
 mod scheduler;
 mod task;
+mod throttled;
 pub mod timer;
 mod unconfirmed;
 
 pub use builder::{MemoryBackend, SchedulerBuilder};
 pub use delayq_storage::{Cancel, ScheduleMode, UnknownScheduleMode};
 pub use error::{EngineError, EngineResult};
-pub use handler::{Handler, HandlerError, HandlerFuture};
+pub use handler::{Handler, HandlerError, HandlerFuture, ResourceExhausted, RESOURCE_RETRY_DELAY};
 pub use scheduler::{ScheduleRequest, Scheduler};
 pub use task::{Scheduled, Task, When};

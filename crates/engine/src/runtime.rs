@@ -74,6 +74,9 @@ pub(crate) struct Runtime {
     pub(crate) partition_counts: DashMap<String, u32>,
     /// The partitions this node owns now.
     pub(crate) workers: Mutex<HashMap<Partition, Arc<PartitionWorker>>>,
+    /// Handlers running at once on this node over all its queues (`node.max_running`): what
+    /// claims wait for after their queue's slots.
+    pub(crate) running_slots: Arc<Semaphore>,
     /// Handler executions not settled yet, by run number.
     pub(crate) running: Mutex<HashMap<u64, RunningTask>>,
     pub(crate) next_run: AtomicU64,

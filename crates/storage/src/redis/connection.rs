@@ -52,8 +52,8 @@ pub struct RedisStore {
     pub(crate) acker: RedisConnection,
     /// Concurrent acks of one partition, sent together.
     pub(crate) acks: Batcher<Partition, LeaseToken, AckOutcome>,
-    /// Concurrent single schedules of one partition and mode, sent
-    /// together.
+    /// Concurrent single schedules of one partition and mode, sent together, at most 8 MiB
+    /// of payload per call (as a round of `schedule_many`).
     pub(crate) schedules: Batcher<(Partition, ScheduleMode), NewTask, ScheduleOutcome>,
     pub(crate) prefix: Arc<str>,
     pub(crate) options: StoreOptions,
@@ -112,7 +112,10 @@ impl RedisStore {
             producer,
             acker,
             acks: Batcher::default(),
-            schedules: Batcher::default(),
+            schedules: Batcher::weighed(
+                super::schedule::PIPELINE_BYTES,
+                super::schedule::item_bytes,
+            ),
             prefix: Arc::from(options.key_prefix),
             options: options.store,
             deadline,

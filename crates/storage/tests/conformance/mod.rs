@@ -225,6 +225,20 @@ pub async fn retry_at(
         .expect("fail")
 }
 
+/// Puts a claimed task back at `due_ms` without spending its attempt
+/// ([`FailAction::RequeueAt`]).
+pub async fn requeue_at(
+    store: &Subject,
+    claimed: &ClaimedTask,
+    error: &str,
+    due_ms: u64,
+) -> FailOutcome {
+    store
+        .fail(&claimed.token, error, FailAction::RequeueAt(due_ms))
+        .await
+        .expect("fail")
+}
+
 /// Fails a claimed task into the dead letters.
 pub async fn dead_letter(store: &Subject, claimed: &ClaimedTask, error: &str) -> FailOutcome {
     store
@@ -363,6 +377,7 @@ macro_rules! conformance_suite {
                 requeue_expired_drops_a_superseded_lease_and_keeps_the_new_schedule,
                 fail_retry_at_increments_the_attempt_and_keeps_the_last_error,
                 fail_retry_at_is_claimable_at_the_new_time_only,
+                fail_requeue_at_keeps_the_attempt_the_error_and_the_dedup_key,
                 fail_keeps_at_most_4096_bytes_of_the_error_text,
                 cancel_of_an_inflight_task_answers_inflight_and_lets_it_finish,
                 cancel_of_a_task_waiting_for_a_retry_is_cancelled,
