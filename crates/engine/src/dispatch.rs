@@ -1,7 +1,14 @@
 //! Running one claimed task: the handler under a timeout with its panic caught, the lease
 //! renewed while it runs, then ack, retry with backoff, or dead-letter.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use futures::future::{AbortHandle, Abortable, Aborted};
+use futures::FutureExt;
 
 use delayq_storage::{AckOutcome, ClaimedTask, FailAction, FailOutcome, LeaseToken, StorageError};
 use rand::Rng;
@@ -51,7 +58,9 @@ pub(crate) fn spawn_execution(
     claimed: ClaimedTask,
     slots: Slots,
 ) {
-    let span = tracing::info_span!(
+    // Debug level: at info, formatting a span's fields for every fire cost a tenth of the
+    // node's CPU. The events of this module name the task's queue and id themselves.
+    let span = tracing::debug_span!(
         "task",
         queue = %queue.name,
         id = %claimed.id,
@@ -106,78 +115,133 @@ async fn execute(
     if task.attempt == 1 {
         record_tick_fired(&runtime, &task);
     }
-    let queue_label = queue.name.as_str().to_owned();
-    metrics::counter!("delayq_tasks_fired_total", "queue" => queue_label.clone()).increment(1);
-    metrics::histogram!("delayq_fire_lateness_seconds", "queue" => queue_label.clone())
+    queue.metrics.fired.increment(1);
+    queue
+        .metrics
+        .lateness
         .record(task.fired_ms.saturating_sub(task.due_ms) as f64 / 1000.0);
     let started = std::time::Instant::now();
-    let handler = queue.handler.clone();
-    // The handler runs as its own task: a panic ends that task only, and shows up here as a
-    // JoinError; a timeout aborts it.
-    let handle = tokio::spawn(async move { handler.handle(task).await }.in_current_span());
-    let renewal = tokio::spawn(renew_lease(runtime.clone(), token.clone()).in_current_span());
+    // The handler runs inside this task (no task of its own: a fire costs one spawn, not
+    // three): its panic is caught here, a timeout or an abort drops it, and the lease
+    // renewal is polled beside it until the result is recorded.
+    let (handler_abort, handler_registration) = AbortHandle::new_pair();
+    let (renewal_abort, renewal_registration) = AbortHandle::new_pair();
+    let finished = Arc::new(AtomicBool::new(false));
     let run = next_run_number(&runtime);
     runtime.running.lock().insert(
         run,
         RunningTask {
             token: token.clone(),
-            abort: handle.abort_handle(),
-            renewal: renewal.abort_handle(),
+            abort: handler_abort,
+            renewal: renewal_abort,
+            finished: finished.clone(),
         },
     );
+    let handler = queue.handler.clone();
+    let handling = Abortable::new(
+        AssertUnwindSafe(async move { handler.handle(task).await }).catch_unwind(),
+        handler_registration,
+    );
+    let mut renewal = Renewal::new(Abortable::new(
+        renew_lease(runtime.clone(), token.clone()),
+        renewal_registration,
+    ));
     let timeout = queue.settings.timeout;
-    let abort = handle.abort_handle();
-    let outcome = match tokio::time::timeout(timeout, handle).await {
-        Ok(Ok(Ok(()))) => RunOutcome::Succeeded,
-        Ok(Ok(Err(error))) if ResourceExhausted::is_cause_of(&*error) => {
+    let ran = renewal
+        .beside(tokio::time::timeout(timeout, handling))
+        .await;
+    finished.store(true, Ordering::Release);
+    let outcome = match ran {
+        Ok(Ok(Ok(Ok(())))) => RunOutcome::Succeeded,
+        Ok(Ok(Ok(Err(error)))) if ResourceExhausted::is_cause_of(&*error) => {
             RunOutcome::NoResources(error.to_string())
         }
-        Ok(Ok(Err(error))) => RunOutcome::Failed(error.to_string()),
-        Ok(Err(join)) if join.is_panic() => {
-            RunOutcome::Failed(format!("handler panicked: {}", panic_message(join)))
+        Ok(Ok(Ok(Err(error)))) => RunOutcome::Failed(error.to_string()),
+        Ok(Ok(Err(panic))) => {
+            RunOutcome::Failed(format!("handler panicked: {}", panic_message(&*panic)))
         }
-        Ok(Err(_)) => RunOutcome::Aborted,
-        Err(_) => {
-            abort.abort();
-            RunOutcome::Failed(format!(
-                "handler timed out after {}",
-                humantime::format_duration(timeout)
-            ))
-        }
+        Ok(Err(Aborted)) => RunOutcome::Aborted,
+        // Dropping the handler's future stopped it.
+        Err(_) => RunOutcome::Failed(format!(
+            "handler timed out after {}",
+            humantime::format_duration(timeout)
+        )),
     };
     // The handler runs no more: its cluster-wide and node-wide slots are free for the next
     // one at once.
     drop(global);
     drop(node);
     if matches!(outcome, RunOutcome::Succeeded | RunOutcome::Failed(_)) {
-        metrics::histogram!("delayq_handler_duration_seconds", "queue" => queue_label)
+        queue
+            .metrics
+            .handler_duration
             .record(started.elapsed().as_secs_f64());
     }
     // The handler is done: its slot goes to the next task once this one has a settling
     // place, not after the ack's round trip (claims then come in bigger batches).
-    let _settling = queue.settling.clone().acquire_owned().await.ok();
+    let _settling = renewal
+        .beside(queue.settling.clone().acquire_owned())
+        .await
+        .ok();
     drop(slot);
     // Shutdown may have released the task already; then it is not ours to settle.
     if runtime.running.lock().remove(&run).is_some() {
         // The lease stays renewed while the result is recorded (retried through an outage).
-        match outcome {
-            RunOutcome::Succeeded => settle_success(&runtime, &token).await,
-            RunOutcome::Failed(error) => {
-                let action = failure_action(&runtime, &queue, claimed.attempt);
-                settle_failure(&runtime, &claimed, &error, action).await;
+        let settling = async {
+            match outcome {
+                RunOutcome::Succeeded => settle_success(&runtime, &queue, &token).await,
+                RunOutcome::Failed(error) => {
+                    let action = failure_action(&runtime, &queue, claimed.attempt);
+                    settle_failure(&runtime, &queue, &claimed, &error, action).await;
+                }
+                RunOutcome::NoResources(error) => {
+                    crate::resources::record(&queue.name, &error);
+                    let due_ms = crate::resources::requeue_due_ms(runtime.clock.now_ms());
+                    settle_failure(
+                        &runtime,
+                        &queue,
+                        &claimed,
+                        &error,
+                        FailAction::RequeueAt(due_ms),
+                    )
+                    .await;
+                }
+                RunOutcome::Aborted => {}
             }
-            RunOutcome::NoResources(error) => {
-                crate::resources::record(&queue.name, &error);
-                let due_ms = crate::resources::requeue_due_ms(runtime.clock.now_ms());
-                settle_failure(&runtime, &claimed, &error, FailAction::RequeueAt(due_ms)).await;
-            }
-            RunOutcome::Aborted => {}
-        }
+        };
+        renewal.beside(settling).await;
     }
-    renewal.abort();
 }
 
-/// Counts a settled attempt (`delayq_tasks_completed_total{queue,outcome}`).
+/// The lease renewal of one execution, polled beside whatever the execution awaits (the
+/// handler, a settling place, the ack) until the execution ends: no task of its own.
+struct Renewal<F> {
+    future: Pin<Box<F>>,
+    /// False once it ended: the lease was lost, or shutdown aborted it.
+    going: bool,
+}
+
+impl<F: Future> Renewal<F> {
+    fn new(future: F) -> Self {
+        Renewal {
+            future: Box::pin(future),
+            going: true,
+        }
+    }
+
+    /// Awaits `work` while the renewal goes on.
+    async fn beside<T>(&mut self, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut work => return done,
+                _ = &mut self.future, if self.going => self.going = false,
+            }
+        }
+    }
+}
+
 /// A task whose id is a recurring tick (`<name>@<tick_ms>`): tell its schedule when it fired
 /// (`delayq recurring get` shows it), in the background, best effort.
 fn record_tick_fired(runtime: &Arc<Runtime>, task: &Task) {
@@ -194,13 +258,7 @@ fn record_tick_fired(runtime: &Arc<Runtime>, task: &Task) {
     });
 }
 
-fn completed(queue: &delayq_storage::QueueName, outcome: &'static str) {
-    metrics::counter!("delayq_tasks_completed_total", "queue" => queue.as_str().to_owned(), "outcome" => outcome)
-        .increment(1);
-}
-
-fn panic_message(join: tokio::task::JoinError) -> String {
-    let panic = join.into_panic();
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     if let Some(text) = panic.downcast_ref::<&str>() {
         (*text).to_owned()
     } else if let Some(text) = panic.downcast_ref::<String>() {
@@ -221,6 +279,8 @@ async fn renew_lease(runtime: Arc<Runtime>, token: LeaseToken) {
             Ok(()) => runtime.health.ok(),
             Err(StorageError::StaleLease { .. }) => {
                 tracing::warn!(
+                    queue = %token.partition.queue,
+                    id = %token.id,
                     "lease lost while the handler runs; the task may be delivered again"
                 );
                 return;
@@ -235,6 +295,7 @@ async fn renew_lease(runtime: Arc<Runtime>, token: LeaseToken) {
 async fn with_retries<T, F, Fut>(
     runtime: &Runtime,
     operation: &'static str,
+    token: &LeaseToken,
     mut call: F,
 ) -> Option<T>
 where
@@ -252,6 +313,8 @@ where
             Err(StorageError::StaleLease { .. }) => {
                 tracing::warn!(
                     operation,
+                    queue = %token.partition.queue,
+                    id = %token.id,
                     "lease lost before the result was recorded; the task may be delivered again"
                 );
                 return None;
@@ -282,8 +345,8 @@ enum Acked {
     },
 }
 
-async fn settle_success(runtime: &Runtime, token: &LeaseToken) {
-    let acked = with_retries(runtime, "ack", || async {
+async fn settle_success(runtime: &Runtime, queue: &QueueRuntime, token: &LeaseToken) {
+    let acked = with_retries(runtime, "ack", token, || async {
         match runtime.store.ack(token).await {
             Ok(outcome) => Ok(Acked::Confirmed(outcome)),
             // The ack is on the master (a `ReplicationTimeout` of an ack comes only after
@@ -299,11 +362,11 @@ async fn settle_success(runtime: &Runtime, token: &LeaseToken) {
     .await;
     match acked {
         Some(Acked::Confirmed(outcome)) => {
-            completed(&token.partition.queue, "ok");
+            queue.metrics.completed_ok.increment(1);
             tracing::debug!(?outcome, "acknowledged");
         }
         Some(Acked::Unconfirmed { wanted, confirmed }) => {
-            completed(&token.partition.queue, "ok");
+            queue.metrics.completed_ok.increment(1);
             crate::unconfirmed::record("ack", wanted, confirmed);
             tracing::debug!(
                 wanted_replicas = wanted,
@@ -327,9 +390,16 @@ fn failure_action(runtime: &Runtime, queue: &QueueRuntime, attempt: u32) -> Fail
     }
 }
 
-async fn settle_failure(runtime: &Runtime, claimed: &ClaimedTask, error: &str, action: FailAction) {
+async fn settle_failure(
+    runtime: &Runtime,
+    queue: &QueueRuntime,
+    claimed: &ClaimedTask,
+    error: &str,
+    action: FailAction,
+) {
     let attempt = claimed.attempt;
-    let outcome = with_retries(runtime, "fail", || {
+    let (name, id) = (&claimed.token.partition.queue, &claimed.token.id);
+    let outcome = with_retries(runtime, "fail", &claimed.token, || {
         runtime.store.fail(&claimed.token, error, action)
     })
     .await;
@@ -339,6 +409,8 @@ async fn settle_failure(runtime: &Runtime, claimed: &ClaimedTask, error: &str, a
         {
             // Warned about rate-limited by `resources::record`: these come in floods.
             tracing::debug!(
+                queue = %name,
+                %id,
                 error,
                 attempt,
                 retry_at_ms = due_ms,
@@ -347,8 +419,10 @@ async fn settle_failure(runtime: &Runtime, claimed: &ClaimedTask, error: &str, a
             runtime.arm_if_owned(&claimed.token.partition, due_ms);
         }
         Some(FailOutcome::Retrying { attempt, due_ms }) => {
-            completed(&claimed.token.partition.queue, "retry");
+            queue.metrics.completed_retry.increment(1);
             tracing::warn!(
+                queue = %name,
+                %id,
                 error,
                 next_attempt = attempt,
                 retry_at_ms = due_ms,
@@ -357,8 +431,10 @@ async fn settle_failure(runtime: &Runtime, claimed: &ClaimedTask, error: &str, a
             runtime.arm_if_owned(&claimed.token.partition, due_ms);
         }
         Some(FailOutcome::DeadLettered) => {
-            completed(&claimed.token.partition.queue, "dead");
+            queue.metrics.completed_dead.increment(1);
             tracing::error!(
+                queue = %name,
+                %id,
                 error,
                 attempts = attempt,
                 "handler failed; attempts exhausted, dead-lettered"
@@ -366,6 +442,8 @@ async fn settle_failure(runtime: &Runtime, claimed: &ClaimedTask, error: &str, a
         }
         Some(FailOutcome::Superseded) => {
             tracing::info!(
+                queue = %name,
+                %id,
                 error,
                 "handler failed, but the task was rescheduled or cancelled meanwhile"
             );

@@ -40,6 +40,7 @@ mod handler;
 mod health;
 mod limits;
 mod partition;
+mod queue_metrics;
 mod read_cache;
 pub mod recurring;
 mod resources;
