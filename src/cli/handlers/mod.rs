@@ -8,7 +8,7 @@ mod process;
 
 use std::sync::Arc;
 
-use delayq_engine::{HandlerError, ResourceExhausted, Task};
+use delayq_engine::{Handler, HandlerError, HandlerFuture, ResourceExhausted, Task};
 use rustix::io::Errno;
 use serde_json::{Map, Value};
 
@@ -29,13 +29,25 @@ pub enum NodeHandler {
     Http(Arc<HttpHandler>),
 }
 
-impl NodeHandler {
+impl Handler for NodeHandler {
     /// Runs one task: `Ok` acks it, an error fails the attempt (retry, then dead letter).
-    pub async fn run(self, task: Task) -> Result<(), HandlerError> {
+    ///
+    /// Each kind boxes its own future: one future over all three would be as big as the
+    /// `http` handler's (a few KB), copied into its box for every task whatever the kind.
+    fn handle(&self, task: Task) -> HandlerFuture {
         match self {
-            NodeHandler::Log(handler) => handler.run(&task).await,
-            NodeHandler::Exec(handler) => handler.run(&task).await,
-            NodeHandler::Http(handler) => handler.run(&task).await,
+            NodeHandler::Log(handler) => {
+                let handler = Arc::clone(handler);
+                Box::pin(async move { handler.run(&task).await })
+            }
+            NodeHandler::Exec(handler) => {
+                let handler = Arc::clone(handler);
+                Box::pin(async move { handler.run(&task).await })
+            }
+            NodeHandler::Http(handler) => {
+                let handler = Arc::clone(handler);
+                Box::pin(async move { handler.run(&task).await })
+            }
         }
     }
 }
