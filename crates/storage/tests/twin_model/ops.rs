@@ -111,6 +111,8 @@ pub enum Retry {
     Invalid,
     /// `DeadLetter`.
     Dead,
+    /// `RequeueAt(now + slots * SLOT)`: put back without spending the attempt.
+    Requeue(u8),
 }
 
 /// One operation of a sequence. `queue` and `id` are taken modulo the universe, `lease`
@@ -251,6 +253,7 @@ fn retry() -> impl Strategy<Value = Retry> {
         8 => (0..6u8).prop_map(Retry::In),
         6 => Just(Retry::Dead),
         1 => Just(Retry::Invalid),
+        3 => (0..6u8).prop_map(Retry::Requeue),
     ]
 }
 

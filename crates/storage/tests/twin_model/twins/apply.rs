@@ -160,10 +160,14 @@ impl Twins {
                     Retry::In(slots) => FailAction::RetryAt(self.now_ms + u64::from(slots) * SLOT),
                     Retry::Invalid => FailAction::RetryAt(MAX_DUE_MS + 1),
                     Retry::Dead => FailAction::DeadLetter,
+                    Retry::Requeue(slots) => {
+                        FailAction::RequeueAt(self.now_ms + u64::from(slots) * SLOT)
+                    }
                 };
                 let shown = match action {
                     FailAction::RetryAt(at) => format!("retry at {}", t(at)),
                     FailAction::DeadLetter => "dead letter".to_owned(),
+                    FailAction::RequeueAt(at) => format!("requeue at {}", t(at)),
                 };
                 let what = format!("fail {} {shown}", Self::describe(held));
                 let tokens = held.tokens.clone();
