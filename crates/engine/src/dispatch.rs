@@ -115,11 +115,9 @@ async fn execute(
     if task.attempt == 1 {
         record_tick_fired(&runtime, &task);
     }
-    queue.metrics.fired.increment(1);
     queue
         .metrics
-        .lateness
-        .record(task.fired_ms.saturating_sub(task.due_ms) as f64 / 1000.0);
+        .fired(task.fired_ms.saturating_sub(task.due_ms));
     let started = std::time::Instant::now();
     // The handler runs inside this task (no task of its own: a fire costs one spawn, not
     // three): its panic is caught here, a timeout or an abort drops it, and the lease
@@ -172,10 +170,7 @@ async fn execute(
     drop(global);
     drop(node);
     if matches!(outcome, RunOutcome::Succeeded | RunOutcome::Failed(_)) {
-        queue
-            .metrics
-            .handler_duration
-            .record(started.elapsed().as_secs_f64());
+        queue.metrics.handler_ran(started.elapsed().as_secs_f64());
     }
     // The handler is done: its slot goes to the next task once this one has a settling
     // place, not after the ack's round trip (claims then come in bigger batches).
@@ -362,11 +357,11 @@ async fn settle_success(runtime: &Runtime, queue: &QueueRuntime, token: &LeaseTo
     .await;
     match acked {
         Some(Acked::Confirmed(outcome)) => {
-            queue.metrics.completed_ok.increment(1);
+            queue.metrics.completed("ok");
             tracing::debug!(?outcome, "acknowledged");
         }
         Some(Acked::Unconfirmed { wanted, confirmed }) => {
-            queue.metrics.completed_ok.increment(1);
+            queue.metrics.completed("ok");
             crate::unconfirmed::record("ack", wanted, confirmed);
             tracing::debug!(
                 wanted_replicas = wanted,
@@ -419,7 +414,7 @@ async fn settle_failure(
             runtime.arm_if_owned(&claimed.token.partition, due_ms);
         }
         Some(FailOutcome::Retrying { attempt, due_ms }) => {
-            queue.metrics.completed_retry.increment(1);
+            queue.metrics.completed("retry");
             tracing::warn!(
                 queue = %name,
                 %id,
@@ -431,7 +426,7 @@ async fn settle_failure(
             runtime.arm_if_owned(&claimed.token.partition, due_ms);
         }
         Some(FailOutcome::DeadLettered) => {
-            queue.metrics.completed_dead.increment(1);
+            queue.metrics.completed("dead");
             tracing::error!(
                 queue = %name,
                 %id,

@@ -1,41 +1,41 @@
-//! The per-queue metrics of firing, registered once per queue and node instead of looked up
-//! (label strings built, the registry searched) for every task.
+//! The per-queue metrics of firing: `delayq_tasks_fired_total`, `delayq_fire_lateness_seconds`,
+//! `delayq_handler_duration_seconds` and `delayq_tasks_completed_total{outcome}`.
 //!
-//! The handles are taken when the node first serves the queue, from the `metrics` recorder
-//! installed then: install the recorder (as `delayq node` and `delayq_http` do) before
-//! starting a scheduler, or its firing metrics go nowhere.
+//! Looked up in the `metrics` recorder at every update, not registered once: the recorder
+//! may be installed after the scheduler started (`delayq node --listen` and the documented
+//! `delayq_http` setup install it then), and a handle taken before would count nowhere.
 
 use delayq_storage::QueueName;
-use metrics::{Counter, Histogram};
 
-/// The metrics every fire of one queue updates.
+/// The firing metrics of one queue, with its label built once.
 pub(crate) struct QueueMetrics {
-    /// `delayq_tasks_fired_total{queue}`.
-    pub(crate) fired: Counter,
-    /// `delayq_fire_lateness_seconds{queue}`.
-    pub(crate) lateness: Histogram,
-    /// `delayq_handler_duration_seconds{queue}`.
-    pub(crate) handler_duration: Histogram,
-    /// `delayq_tasks_completed_total{queue,outcome="ok"}`.
-    pub(crate) completed_ok: Counter,
-    /// `delayq_tasks_completed_total{queue,outcome="retry"}`.
-    pub(crate) completed_retry: Counter,
-    /// `delayq_tasks_completed_total{queue,outcome="dead"}`.
-    pub(crate) completed_dead: Counter,
+    queue: String,
 }
 
 impl QueueMetrics {
-    /// Registers the handles of `queue`.
+    /// The metrics of `queue`.
     pub(crate) fn of(queue: &QueueName) -> Self {
-        let label = queue.as_str().to_owned();
-        let completed = |outcome: &'static str| metrics::counter!("delayq_tasks_completed_total", "queue" => label.clone(), "outcome" => outcome);
         QueueMetrics {
-            fired: metrics::counter!("delayq_tasks_fired_total", "queue" => label.clone()),
-            lateness: metrics::histogram!("delayq_fire_lateness_seconds", "queue" => label.clone()),
-            handler_duration: metrics::histogram!("delayq_handler_duration_seconds", "queue" => label.clone()),
-            completed_ok: completed("ok"),
-            completed_retry: completed("retry"),
-            completed_dead: completed("dead"),
+            queue: queue.as_str().to_owned(),
         }
+    }
+
+    /// A task fired `lateness_ms` after its due time.
+    pub(crate) fn fired(&self, lateness_ms: u64) {
+        metrics::counter!("delayq_tasks_fired_total", "queue" => self.queue.clone()).increment(1);
+        metrics::histogram!("delayq_fire_lateness_seconds", "queue" => self.queue.clone())
+            .record(lateness_ms as f64 / 1000.0);
+    }
+
+    /// A handler ran for `seconds`.
+    pub(crate) fn handler_ran(&self, seconds: f64) {
+        metrics::histogram!("delayq_handler_duration_seconds", "queue" => self.queue.clone())
+            .record(seconds);
+    }
+
+    /// An attempt settled with `outcome` (`ok`, `retry`, `dead`).
+    pub(crate) fn completed(&self, outcome: &'static str) {
+        metrics::counter!("delayq_tasks_completed_total", "queue" => self.queue.clone(), "outcome" => outcome)
+            .increment(1);
     }
 }
