@@ -7,7 +7,8 @@
 
 use delayq_storage::QueueName;
 
-/// The firing metrics of one queue, with its label built once.
+/// The firing metrics of one queue: their names and labels in one place. The label is
+/// cloned into every update (the `metrics` key owns it), as before this type.
 pub(crate) struct QueueMetrics {
     queue: String,
 }
