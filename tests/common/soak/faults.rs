@@ -1,0 +1,111 @@
+//! The fault schedule: one fault at a time, each kind in turn (a shuffled round of every
+//! kind the topology has, again and again), on a random node slot, with a random
+//! duration, and a pause between faults. Each fault is recorded with its interval and the
+//! node id it hit once it healed.
+//!
+//! With one Redis server: `kill -9` (and a new process in the slot), SIGSTOP/SIGCONT, a
+//! proxy blackhole, proxy resets, a Redis restart from its append-only file. With Sentinel
+//! (the nodes reach the sentinels and the data nodes directly, so there is no proxy and no
+//! single server to restart): `kill -9`, SIGSTOP/SIGCONT and `SENTINEL FAILOVER`.
+
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use super::cluster::{SoakCluster, Store};
+use super::history::{Clock, Fault, FaultKind, Recording};
+
+/// The fault kinds of a topology.
+pub fn kinds(sentinel: bool) -> Vec<FaultKind> {
+    if sentinel {
+        vec![FaultKind::Kill, FaultKind::Stop, FaultKind::Failover]
+    } else {
+        vec![
+            FaultKind::Kill,
+            FaultKind::Stop,
+            FaultKind::Blackhole,
+            FaultKind::Reset,
+            FaultKind::RedisRestart,
+        ]
+    }
+}
+
+fn ms(rng: &mut StdRng, range: std::ops::RangeInclusive<u64>) -> Duration {
+    Duration::from_millis(rng.random_range(range))
+}
+
+/// Applies faults until `until`; the last one ends (heals) before it returns.
+pub fn run(
+    cluster: &mut SoakCluster,
+    kinds: &[FaultKind],
+    until: Instant,
+    rng: &mut StdRng,
+    recording: &Recording,
+    clock: Clock,
+) {
+    let mut round: Vec<FaultKind> = Vec::new();
+    // A calm start, so the first operations meet a healthy cluster.
+    std::thread::sleep(Duration::from_secs(2).min(until.saturating_duration_since(Instant::now())));
+    while Instant::now() + Duration::from_secs(4) < until {
+        if round.is_empty() {
+            round = kinds.to_vec();
+            round.shuffle(rng);
+        }
+        let kind = round.pop().expect("a kind");
+        let slot = rng.random_range(0..cluster.slots.len());
+        let start = clock.now();
+        let node = match kind {
+            FaultKind::Kill => {
+                let id = cluster.crash(slot);
+                std::thread::sleep(ms(rng, 200..=1_500));
+                cluster.spawn(slot);
+                Some(id)
+            }
+            FaultKind::Stop => {
+                cluster.signal(slot, "-STOP");
+                std::thread::sleep(ms(rng, 1_200..=3_500));
+                cluster.signal(slot, "-CONT");
+                Some(cluster.slots[slot].node_id.clone())
+            }
+            FaultKind::Blackhole | FaultKind::Reset => {
+                let proxy = cluster.slots[slot].proxy.as_ref().expect("a proxy");
+                let hold = if kind == FaultKind::Blackhole {
+                    proxy.blackhole();
+                    ms(rng, 1_200..=3_500)
+                } else {
+                    proxy.reset();
+                    ms(rng, 200..=1_000)
+                };
+                std::thread::sleep(hold);
+                proxy.pass();
+                Some(cluster.slots[slot].node_id.clone())
+            }
+            FaultKind::RedisRestart => {
+                let down = ms(rng, 0..=1_000);
+                if let Store::Single(redis) = &mut cluster.store {
+                    redis.stop();
+                    std::thread::sleep(down);
+                    redis.restart();
+                }
+                None
+            }
+            FaultKind::Failover => {
+                if let Store::Sentinel(set) = &cluster.store {
+                    set.failover();
+                }
+                None
+            }
+        };
+        let end = clock.now();
+        recording.fault(Fault {
+            kind,
+            slot: node.as_ref().map(|_| slot),
+            node,
+            start,
+            end,
+        });
+        std::thread::sleep(ms(rng, 500..=2_000));
+    }
+}
