@@ -152,6 +152,7 @@ fn settle(cluster: &SoakCluster, recording: &Recording, clock: Clock) {
 }
 
 fn run(params: RunParams) -> History {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -215,17 +216,17 @@ fn run(params: RunParams) -> History {
     history
 }
 
-fn check_and_report(history: &History, machine: &Machine, out: &std::path::Path) {
+fn check_and_report(history: &History, machine: &Machine, out: &std::path::Path, name: &str) {
     let rules = Rules::for_history(history);
     let verdict = check(history, &rules);
     let report = render(history, &verdict, machine, &command_line(&history.params));
-    std::fs::write(out.join("report.md"), &report).expect("write report.md");
-    eprintln!("{report}\nsoak: history and report in {}", out.display());
+    std::fs::write(out.join(name), &report).expect("write the report");
+    eprintln!("{report}\nsoak: history and {name} in {}", out.display());
     assert!(
         verdict.violations.is_empty(),
         "the history breaks {} rule(s); see the report above ({})",
         verdict.violations.len(),
-        out.join("report.md").display()
+        out.join(name).display()
     );
     assert!(
         verdict.counts.fired_groups > 0 && !history.faults.is_empty(),
@@ -246,7 +247,7 @@ fn a_history_of_operations_and_fires_under_faults_keeps_guarantees_1_to_9() {
     machine.load = samples.lock().expect("load samples").clone();
     let json = serde_json::to_vec(&history).expect("the history as JSON");
     std::fs::write(out.join("history.json"), json).expect("write history.json");
-    check_and_report(&history, &machine, &out);
+    check_and_report(&history, &machine, &out, "report.md");
 }
 
 #[test]
@@ -261,5 +262,5 @@ fn recheck_a_saved_history() {
         .parent()
         .unwrap_or(std::path::Path::new("."))
         .to_path_buf();
-    check_and_report(&history, &Machine::read(), &out);
+    check_and_report(&history, &Machine::read(), &out, "report-recheck.md");
 }
