@@ -152,7 +152,7 @@ pub struct Lateness {
     pub p99: u64,
     /// Largest, ms.
     pub max: u64,
-    /// Largest over the groups whose due and fire no fault was near (no fault from 3 s
+    /// Largest over the groups no fault was near (none active from [`CALM_BEFORE_MS`]
     /// before the due until the fire), ms.
     pub calm_max: u64,
     /// Groups counted in `calm_max`.
@@ -707,6 +707,11 @@ pub fn explaining_fault<'a>(history: &'a History, rules: &Rules, fire: &Fire) ->
     })
 }
 
+/// A fire counts as away from faults when none was active from this long before its due
+/// until the fire (a fault's after-effects, such as a node's partitions moving back, last
+/// about a heartbeat TTL).
+pub const CALM_BEFORE_MS: u64 = 1_000;
+
 fn lateness(history: &History, timelines: &BTreeMap<Key, Vec<Item>>) -> Lateness {
     let mut all = Vec::new();
     let mut calm = Vec::new();
@@ -719,7 +724,7 @@ fn lateness(history: &History, timelines: &BTreeMap<Key, Vec<Item>>) -> Lateness
             let fire = &history.fires[first];
             let late = fire.received.wall_ms.saturating_sub(group.due_ms);
             all.push(late);
-            let from = group.due_ms.saturating_sub(3_000);
+            let from = group.due_ms.saturating_sub(CALM_BEFORE_MS);
             let near_fault = history.faults.iter().any(|fault| {
                 fault.start.wall_ms <= fire.received.wall_ms && fault.end.wall_ms >= from
             });

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::checker::Verdict;
+use super::checker::{Verdict, CALM_BEFORE_MS};
 use super::history::{FaultKind, History, OpKind};
 
 /// What the machine was doing during the run.
@@ -240,8 +240,8 @@ pub fn render(history: &History, verdict: &Verdict, machine: &Machine, command: 
     let late = &counts.lateness;
     let _ = writeln!(
         text,
-        "- lateness (first fire received minus due) over {} fired tasks: p50 {} ms, p90 {} ms, p99 {} ms, max {} ms; away from faults ({} tasks with no fault from 3 s before the due to the fire): p99 {} ms, max {} ms",
-        late.count, late.p50, late.p90, late.p99, late.max, late.calm_count, late.calm_p99, late.calm_max
+        "- lateness (first fire received minus due) over {} fired tasks: p50 {} ms, p90 {} ms, p99 {} ms, max {} ms; away from faults ({} tasks with no fault active from {} ms before the due to the fire): p99 {} ms, max {} ms",
+        late.count, late.p50, late.p90, late.p99, late.max, late.calm_count, CALM_BEFORE_MS, late.calm_p99, late.calm_max
     );
     let _ = writeln!(
         text,
