@@ -17,8 +17,10 @@
 //!   `DELAYQ_SOAK_RATE` (operations per second over all producers, default 30),
 //!   `DELAYQ_SOAK_SEED` (default 17);
 //! - `DELAYQ_SOAK_SENTINEL=1`: the Sentinel variant;
-//! - `DELAYQ_SOAK_OUT`: where `history.json` and `report.md` go (default a fresh directory
-//!   under the target's tmp dir, printed);
+//! - `DELAYQ_SOAK_FAULTS` (default every kind of the topology): a comma-separated subset of
+//!   `kill`, `stop`, `blackhole`, `reset`, `restart`, `failover`, to study one kind;
+//! - `DELAYQ_SOAK_OUT`: where `history.json`, `report.md` and the nodes' logs (`nodes/`) go
+//!   (default a fresh directory under the target's tmp dir, printed);
 //! - `DELAYQ_SOAK_RECHECK=<history.json>`: `recheck_a_saved_history` checks that file again.
 //!
 //! A long run: `DELAYQ_SOAK_SECS=1800 cargo test --release --test e2e_soak -- --nocapture`.
@@ -151,7 +153,7 @@ fn settle(cluster: &SoakCluster, recording: &Recording, clock: Clock) {
     );
 }
 
-fn run(params: RunParams) -> History {
+fn run(params: RunParams, out: &std::path::Path) -> History {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -167,6 +169,7 @@ fn run(params: RunParams) -> History {
         &recorder.url,
         recording.clone(),
         clock,
+        out.join("nodes"),
     );
     let stop = Arc::new(AtomicBool::new(false));
     let shared = Shared {
@@ -191,7 +194,7 @@ fn run(params: RunParams) -> History {
         .map(|number| runtime.spawn(producers::run(number as u32, plan.clone(), shared.clone())))
         .collect();
     let mut rng = rand::rngs::StdRng::seed_from_u64(params.seed);
-    let kinds = soak::faults::kinds(params.sentinel);
+    let kinds = soak::faults::kinds(params.sentinel, std::env::var("DELAYQ_SOAK_FAULTS").ok());
     soak::faults::run(&mut cluster, &kinds, until, &mut rng, &recording, clock);
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(50));
@@ -241,7 +244,7 @@ fn a_history_of_operations_and_fires_under_faults_keeps_guarantees_1_to_9() {
     let mut machine = Machine::read();
     let stop = Arc::new(AtomicBool::new(false));
     let (sampler, samples) = sample_load(stop.clone());
-    let history = run(params);
+    let history = run(params, &out);
     stop.store(true, Ordering::SeqCst);
     let _ = sampler.join();
     machine.load = samples.lock().expect("load samples").clone();

@@ -232,6 +232,31 @@ impl SentinelSet {
         found.unwrap_or_else(|| panic!("no new master within {limit:?}\n{}", self.logs()))
     }
 
+    /// Waits until the current master counts `replicas` replicas online (`INFO
+    /// replication`): after a failover the demoted master resyncs as a replica, and a
+    /// failover asked before that may find no replica to promote.
+    ///
+    /// # Panics
+    /// When that does not happen within `limit`.
+    pub fn wait_for_replicas_online(&self, replicas: usize, limit: Duration) {
+        let online = poll(limit, || {
+            let master = self
+                .sentinel_ports()
+                .into_iter()
+                .find_map(|port| self.master_port_by(port))?;
+            let info: String =
+                redis::from_redis_value(self.on_data(master, &["INFO", "replication"]).ok()?)
+                    .ok()?;
+            (info.matches("state=online").count() >= replicas).then_some(())
+        });
+        if online.is_none() {
+            panic!(
+                "the master did not have {replicas} replicas online within {limit:?}\n{}",
+                self.logs()
+            );
+        }
+    }
+
     /// The log tails of every process.
     pub fn logs(&self) -> String {
         self.data

@@ -60,7 +60,7 @@ pub struct Rules {
     /// machine's clock.
     pub node_clock_tolerance_ms: u64,
     /// A fault explains a repeated fire when it overlaps
-    /// `[min(fired_ms, received) - before, received + after]`.
+    /// `[max(due, min(fired_ms, received) - before), received + after]`.
     pub explain_before_ms: u64,
     /// See [`Rules::explain_before_ms`]: the handler's hold plus the ack's time.
     pub explain_after_ms: u64,
@@ -696,10 +696,14 @@ fn check_repeats(
 }
 
 /// The fault that explains why `fire` was not the last: on its node (or every node), and
-/// overlapping its window.
+/// overlapping its window (which never begins before the fire's due).
 pub fn explaining_fault<'a>(history: &'a History, rules: &Rules, fire: &Fire) -> Option<&'a Fault> {
     let began = fire.fired_ms.min(fire.received.wall_ms);
-    let from = began.saturating_sub(rules.explain_before_ms);
+    // The run's claim came at its due at the earliest (Redis `TIME`, this machine's clock):
+    // a fault that ended before the due did not hit it.
+    let from = began
+        .saturating_sub(rules.explain_before_ms)
+        .max(fire.due_ms);
     let until = fire.received.wall_ms + rules.explain_after_ms;
     history.faults.iter().find(|fault| {
         let on_node = fault.node.as_ref().is_none_or(|node| *node == fire.node);

@@ -374,6 +374,12 @@ fn a_repeat_needs_a_fault_on_the_node_that_ran_it() {
     b.fault(FaultKind::Blackhole, Some("a"), 4_400, 4_500);
     assert_eq!(rules_broken(&b.check()), vec![Rule::UnexplainedRepeat]);
 
+    // Nor one on that node that ended before the task was due (it cannot have been
+    // claimed yet), however close.
+    let mut b = repeated();
+    b.fault(FaultKind::Stop, Some("a"), 200, 999);
+    assert_eq!(rules_broken(&b.check()), vec![Rule::UnexplainedRepeat]);
+
     // A kill of that node while it ran does, and so does a Redis restart.
     for (kind, node) in [
         (FaultKind::Kill, Some("a")),

@@ -78,17 +78,21 @@ pub struct SoakCluster {
     recording: Recording,
     clock: Clock,
     spawned: usize,
+    logs: PathBuf,
 }
 
 impl SoakCluster {
-    /// Starts Redis, the proxies and `nodes` nodes, and waits until all are members.
+    /// Starts Redis, the proxies and `nodes` nodes, and waits until all are members. Each
+    /// node's stderr goes to a file in `logs` when its process ends.
     pub fn start(
         nodes: usize,
         sentinel: bool,
         recorder_url: &str,
         recording: Recording,
         clock: Clock,
+        logs: PathBuf,
     ) -> Self {
+        std::fs::create_dir_all(&logs).expect("create the node log directory");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let prefix = format!("soak{}", std::process::id());
         let store = if sentinel {
@@ -139,6 +143,7 @@ impl SoakCluster {
             recording,
             clock,
             spawned: 0,
+            logs,
         };
         for slot in 0..nodes {
             cluster.spawn(slot);
@@ -186,9 +191,18 @@ impl SoakCluster {
     pub fn crash(&mut self, slot: usize) -> String {
         self.targets.set(slot, None);
         if let Some(node) = self.slots[slot].node.take() {
+            self.save_log(&node);
             node.crash();
         }
         self.slots[slot].node_id.clone()
+    }
+
+    fn save_log(&self, node: &NodeProcess) {
+        let id = node.node_id();
+        let path = self
+            .logs
+            .join(format!("{}-{}.log", node.label, &id[..id.len().min(8)]));
+        let _ = std::fs::write(path, node.stderr_text());
     }
 
     /// Sends `signal` (`-STOP`, `-CONT`) to the node in `slot`.
@@ -261,5 +275,15 @@ impl SoakCluster {
                 format!("--- {}\n{}\n", node.label, tail.join("\n"))
             })
             .collect()
+    }
+}
+
+impl Drop for SoakCluster {
+    fn drop(&mut self) {
+        for slot in &self.slots {
+            if let Some(node) = &slot.node {
+                self.save_log(node);
+            }
+        }
     }
 }

@@ -17,9 +17,10 @@ use rand::Rng;
 use super::cluster::{SoakCluster, Store};
 use super::history::{Clock, Fault, FaultKind, Recording};
 
-/// The fault kinds of a topology.
-pub fn kinds(sentinel: bool) -> Vec<FaultKind> {
-    if sentinel {
+/// The fault kinds of a topology, or those of `only` (a comma-separated subset of `kill`,
+/// `stop`, `blackhole`, `reset`, `restart`, `failover`).
+pub fn kinds(sentinel: bool, only: Option<String>) -> Vec<FaultKind> {
+    let all = if sentinel {
         vec![FaultKind::Kill, FaultKind::Stop, FaultKind::Failover]
     } else {
         vec![
@@ -29,7 +30,28 @@ pub fn kinds(sentinel: bool) -> Vec<FaultKind> {
             FaultKind::Reset,
             FaultKind::RedisRestart,
         ]
+    };
+    let Some(only) = only else { return all };
+    let chosen: Vec<FaultKind> = only
+        .split(',')
+        .map(|name| match name.trim() {
+            "kill" => FaultKind::Kill,
+            "stop" => FaultKind::Stop,
+            "blackhole" => FaultKind::Blackhole,
+            "reset" => FaultKind::Reset,
+            "restart" => FaultKind::RedisRestart,
+            "failover" => FaultKind::Failover,
+            other => panic!("DELAYQ_SOAK_FAULTS: unknown fault kind {other:?}"),
+        })
+        .collect();
+    for kind in &chosen {
+        assert!(
+            all.contains(kind),
+            "DELAYQ_SOAK_FAULTS: {} is not a fault of this topology",
+            kind.name()
+        );
     }
+    chosen
 }
 
 fn ms(rng: &mut StdRng, range: std::ops::RangeInclusive<u64>) -> Duration {
@@ -55,6 +77,10 @@ pub fn run(
         }
         let kind = round.pop().expect("a kind");
         let slot = rng.random_range(0..cluster.slots.len());
+        if let (FaultKind::Failover, Store::Sentinel(set)) = (kind, &cluster.store) {
+            // The previous failover's demoted master must have resynced first.
+            set.wait_for_replicas_online(2, Duration::from_secs(60));
+        }
         let start = clock.now();
         let node = match kind {
             FaultKind::Kill => {

@@ -84,11 +84,13 @@ pub fn render(history: &History, verdict: &Verdict, machine: &Machine, command: 
     let _ = writeln!(text, "- command: `{command}`");
     let _ = writeln!(
         text,
-        "- parameters: {} s of load and faults, {} nodes, {} producers at {} ops/s, seed {}, topology {}, handler hold 0–{} ms, lease {} ms, heartbeat TTL {} ms",
+        "- parameters: {} s of load and faults, {} nodes, {} producers aiming at {} ops/s (achieved {:.1}: each producer waits for its answers), seed {}, topology {}, handler hold 0–{} ms, lease {} ms, heartbeat TTL {} ms",
         params.secs,
         params.nodes,
         params.producers,
         params.rate,
+        counts.ops_total as f64
+            / secs(history.started.wall_ms, history.load_ended.wall_ms).max(0.001),
         params.seed,
         if params.sentinel {
             "Sentinel (1 master, 2 replicas, 3 sentinels; `wait_replicas: 2`)"
