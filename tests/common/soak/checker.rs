@@ -62,21 +62,26 @@ pub struct Rules {
     /// A fault explains a repeated fire when it overlaps
     /// `[max(due, min(fired_ms, received) - before), received + after]`.
     pub explain_before_ms: u64,
-    /// See [`Rules::explain_before_ms`]: the handler's hold plus the ack's time.
+    /// See [`Rules::explain_before_ms`]: the handler's longest hold plus 200 ms for the ack
+    /// (a fault that began after the ack was written did not cut the run short).
     pub explain_after_ms: u64,
+    /// A fault of every node explains a run only if the run began (`fired_ms`, the node's
+    /// clock) no later than this after the fault ended.
+    pub global_fault_tolerance_ms: u64,
 }
 
 impl Rules {
-    /// The rules for a run: the window after a fire covers the harness's longest hold, the
-    /// lease (an ack that could not be written is redelivered once the lease ran out) and a
-    /// second; the window before it, a second (a task claimed just before a node was
-    /// stopped or cut off starts its handler when the node is back).
+    /// The rules for a run: the window after a fire covers the harness's longest hold and
+    /// 200 ms for the ack; the window before it, a second (a task claimed just before a node
+    /// was stopped or cut off starts its handler when the node is back); a Redis restart or
+    /// failover explains only runs begun before it ended (20 ms for the node's clock).
     pub fn for_history(history: &History) -> Self {
         Rules {
             early_tolerance_ms: 1,
             node_clock_tolerance_ms: 100,
             explain_before_ms: 1_000,
-            explain_after_ms: history.params.hold_max_ms + history.params.lease_ms + 1_000,
+            explain_after_ms: history.params.hold_max_ms + 200,
+            global_fault_tolerance_ms: 20,
         }
     }
 }
@@ -695,8 +700,9 @@ fn check_repeats(
     }
 }
 
-/// The fault that explains why `fire` was not the last: on its node (or every node), and
-/// overlapping its window (which never begins before the fire's due).
+/// The fault that explains why `fire` was not the last: on its node, overlapping its window
+/// (which never begins before the fire's due), or on every node (a Redis restart, a
+/// failover), overlapping the window and ended after the run began.
 pub fn explaining_fault<'a>(history: &'a History, rules: &Rules, fire: &Fire) -> Option<&'a Fault> {
     let began = fire.fired_ms.min(fire.received.wall_ms);
     // The run's claim came at its due at the earliest (Redis `TIME`, this machine's clock):
@@ -706,8 +712,13 @@ pub fn explaining_fault<'a>(history: &'a History, rules: &Rules, fire: &Fire) ->
         .max(fire.due_ms);
     let until = fire.received.wall_ms + rules.explain_after_ms;
     history.faults.iter().find(|fault| {
-        let on_node = fault.node.as_ref().is_none_or(|node| *node == fire.node);
-        on_node && fault.start.wall_ms <= until && fault.end.wall_ms >= from
+        let overlaps = fault.start.wall_ms <= until && fault.end.wall_ms >= from;
+        match &fault.node {
+            Some(node) => *node == fire.node && overlaps,
+            // A fault of every node (Redis itself) hit only runs begun before it ended: a
+            // run begun once Redis was back had a fresh claim and lease.
+            None => overlaps && began <= fault.end.wall_ms + rules.node_clock_tolerance_ms,
+        }
     })
 }
 

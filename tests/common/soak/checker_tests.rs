@@ -392,6 +392,16 @@ fn a_repeat_needs_a_fault_on_the_node_that_ran_it() {
         assert_eq!(verdict.counts.repeats[&kind], 1);
     }
 
+    // A Redis restart that ended before the run began explains nothing: the run had a fresh
+    // claim (the defect a late claim with an expired lease was: the same node ran the task
+    // twice right after Redis came back).
+    let mut b = healthy();
+    let s = b.schedule("after", 1_000, 100, created(1_000));
+    b.fire("after", s, 1_000, 2_502, "a");
+    b.fire("after", s, 1_000, 2_600, "a");
+    b.fault(FaultKind::RedisRestart, None, 900, 2_300);
+    assert_eq!(rules_broken(&b.check()), vec![Rule::UnexplainedRepeat]);
+
     // A stopped node's fire may reach the harness last: still one fire without a fault.
     let mut b = healthy();
     let s = b.schedule("zombie", 1_000, 100, created(1_000));
