@@ -144,10 +144,12 @@ pub struct Violation {
     pub detail: String,
 }
 
-/// Lateness (received minus due, harness clock) of the first fire of each group.
+/// Lateness (received minus due, harness clock) of the first fire of each group whose first
+/// schedule was answered (stored at once; every due is at least 150 ms after its schedule
+/// was sent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Lateness {
-    /// Groups that fired.
+    /// Groups counted (fired, first schedule answered).
     pub count: usize,
     /// Median, ms.
     pub p50: u64,
@@ -736,6 +738,18 @@ fn lateness(history: &History, timelines: &BTreeMap<Key, Vec<Item>>) -> Lateness
             let Some(&first) = group.fires.first() else {
                 continue;
             };
+            // A task whose first schedule's answer was lost may have been stored only by a
+            // resend long after its due: its lateness says nothing about firing.
+            let stored_at_once = matches!(
+                history.ops[group.ops[0]].answer,
+                Answer::Scheduled {
+                    duplicate: false,
+                    ..
+                }
+            );
+            if !stored_at_once {
+                continue;
+            }
             let fire = &history.fires[first];
             let late = fire.received.wall_ms.saturating_sub(group.due_ms);
             all.push(late);

@@ -242,7 +242,7 @@ pub fn render(history: &History, verdict: &Verdict, machine: &Machine, command: 
     let late = &counts.lateness;
     let _ = writeln!(
         text,
-        "- lateness (first fire received minus due) over {} fired tasks: p50 {} ms, p90 {} ms, p99 {} ms, max {} ms; away from faults ({} tasks with no fault active from {} ms before the due to the fire): p99 {} ms, max {} ms",
+        "- lateness (first fire received minus due) over {} fired tasks whose first schedule was answered: p50 {} ms, p90 {} ms, p99 {} ms, max {} ms; away from faults ({} tasks with no fault active from {} ms before the due to the fire): p99 {} ms, max {} ms",
         late.count, late.p50, late.p90, late.p99, late.max, late.calm_count, CALM_BEFORE_MS, late.calm_p99, late.calm_max
     );
     let _ = writeln!(
