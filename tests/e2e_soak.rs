@@ -17,6 +17,8 @@
 //!   `DELAYQ_SOAK_RATE` (operations per second over all producers, default 30),
 //!   `DELAYQ_SOAK_SEED` (default 17);
 //! - `DELAYQ_SOAK_SENTINEL=1`: the Sentinel variant;
+//! - `DELAYQ_SOAK_AOF_KEYS=N` (one server): fills Redis with N junk keys once the faults
+//!   begin (a stall, recorded as a fault), so every restart loads them (slow restarts);
 //! - `DELAYQ_SOAK_FAULTS` (default every kind of the topology): a comma-separated subset of
 //!   `kill`, `stop`, `blackhole`, `reset`, `restart`, `failover`, to study one kind;
 //! - `DELAYQ_SOAK_OUT`: where `history.json`, `report.md` and the nodes' logs (`nodes/`) go

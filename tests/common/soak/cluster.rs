@@ -100,7 +100,8 @@ impl SoakCluster {
         } else {
             Store::Single(RedisServer::start_with(RedisOptions {
                 aof: true,
-                ..RedisOptions::default()
+                // `DELAYQ_SOAK_AOF_KEYS` fills it with `DEBUG POPULATE`.
+                extra_args: vec![("enable-debug-command".to_owned(), "local".to_owned())],
             }))
         };
         let redis_yaml = |url: Option<&str>| -> String {

@@ -70,6 +70,7 @@ pub fn run(
     let mut round: Vec<FaultKind> = Vec::new();
     // A calm start, so the first operations meet a healthy cluster.
     std::thread::sleep(Duration::from_secs(2).min(until.saturating_duration_since(Instant::now())));
+    slow_restarts(cluster, recording, clock);
     while Instant::now() + Duration::from_secs(4) < until {
         if round.is_empty() {
             round = kinds.to_vec();
@@ -123,6 +124,8 @@ pub fn run(
                 }
                 None
             }
+            // Not in a schedule's kinds: once, at the start (`slow_restarts`).
+            FaultKind::Stall => None,
         };
         let end = clock.now();
         recording.fault(Fault {
@@ -134,4 +137,37 @@ pub fn run(
         });
         std::thread::sleep(ms(rng, 500..=2_000));
     }
+}
+
+/// With `DELAYQ_SOAK_AOF_KEYS=N` (one server only): fills Redis with N junk keys (`DEBUG
+/// POPULATE`, which stalls it for a second or two while the load runs: recorded as a fault)
+/// and rewrites the AOF, so that every restart then loads them and answers `LOADING` for a
+/// while (1.5 M keys: 1–3 s on the 2-core machine), as a big production instance does.
+fn slow_restarts(cluster: &SoakCluster, recording: &Recording, clock: Clock) {
+    let keys: u64 = match std::env::var("DELAYQ_SOAK_AOF_KEYS") {
+        Ok(value) => value
+            .parse()
+            .unwrap_or_else(|_| panic!("DELAYQ_SOAK_AOF_KEYS={value:?} is not a whole number")),
+        Err(_) => 0,
+    };
+    let Store::Single(redis) = &cluster.store else {
+        return;
+    };
+    if keys == 0 {
+        return;
+    }
+    let start = clock.now();
+    redis
+        .command(&["DEBUG", "POPULATE", &keys.to_string(), "soak-junk"])
+        .expect("DEBUG POPULATE");
+    recording.fault(Fault {
+        kind: FaultKind::Stall,
+        node: None,
+        slot: None,
+        start,
+        end: clock.now(),
+    });
+    redis.command(&["BGREWRITEAOF"]).expect("BGREWRITEAOF");
+    // The rewrite runs in a child; it is done well within this for a few million keys.
+    std::thread::sleep(Duration::from_secs(5));
 }

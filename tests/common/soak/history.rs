@@ -223,17 +223,20 @@ pub enum FaultKind {
     RedisRestart,
     /// A Sentinel failover (`SENTINEL FAILOVER`): another data node becomes the master.
     Failover,
+    /// Redis stands still (`DEBUG POPULATE` of `DELAYQ_SOAK_AOF_KEYS` keys).
+    Stall,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Kill,
         FaultKind::Stop,
         FaultKind::Blackhole,
         FaultKind::Reset,
         FaultKind::RedisRestart,
         FaultKind::Failover,
+        FaultKind::Stall,
     ];
 
     /// The kind's name in the report.
@@ -245,6 +248,7 @@ impl FaultKind {
             FaultKind::Reset => "proxy reset",
             FaultKind::RedisRestart => "Redis restart (AOF)",
             FaultKind::Failover => "Sentinel failover",
+            FaultKind::Stall => "Redis stall (DEBUG POPULATE)",
         }
     }
 }
