@@ -14,6 +14,8 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
+use delayq_testkit::SentinelSet;
+
 use super::cluster::{SoakCluster, Store};
 use super::history::{Clock, Fault, FaultKind, Recording};
 
@@ -120,7 +122,7 @@ pub fn run(
             }
             FaultKind::Failover => {
                 if let Store::Sentinel(set) = &cluster.store {
-                    set.failover();
+                    failover(set);
                 }
                 None
             }
@@ -170,4 +172,24 @@ fn slow_restarts(cluster: &SoakCluster, recording: &Recording, clock: Clock) {
     redis.command(&["BGREWRITEAOF"]).expect("BGREWRITEAOF");
     // The rewrite runs in a child; it is done well within this for a few million keys.
     std::thread::sleep(Duration::from_secs(5));
+}
+
+/// A planned failover, asked again (up to three times) when the sentinels abort one (on the
+/// loaded 2-core machine a promotion can outlast their 5 s failover timeout); they refuse a
+/// new one of the same master for twice that timeout, so each retry waits 11 s and for both
+/// replicas to be online.
+fn failover(set: &SentinelSet) {
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        match set.try_failover(Duration::from_secs(20)) {
+            Ok(_) => return,
+            Err(error) => errors.push(error),
+        }
+        std::thread::sleep(Duration::from_secs(11));
+        set.wait_for_replicas_online(2, Duration::from_secs(60));
+    }
+    panic!(
+        "three failovers did not complete: {errors:?}\n{}",
+        set.logs()
+    );
 }
