@@ -38,6 +38,7 @@ mod error;
 mod gauges;
 mod handler;
 mod health;
+mod late_claims;
 mod limits;
 mod partition;
 mod queue_metrics;

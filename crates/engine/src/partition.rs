@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::{self, Slots};
 use crate::health::RetryBackoff;
+use crate::late_claims;
 use crate::runtime::{QueueRuntime, Runtime};
 
 /// The most `(id, due)` pairs one look at one partition reads.
@@ -380,7 +381,7 @@ impl Serving {
                 Ok(batch) => {
                     runtime.health.ok();
                     self.backoff.reset();
-                    batch
+                    late_claims::refresh(&runtime, batch, lease_deadline).await
                 }
                 Err(error) => {
                     runtime.health.failed("claim_due", &error);
@@ -390,6 +391,7 @@ impl Serving {
                         // The claim may have run with its reply lost: fetch its tasks again
                         // before this partition is claimed anew (which replaces the receipt).
                         if let Some(batch) = self.recover_lost_claim(lease_deadline).await {
+                            let batch = late_claims::refresh(&runtime, batch, lease_deadline).await;
                             self.dispatch(batch, slots);
                         }
                     }

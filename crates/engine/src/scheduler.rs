@@ -224,7 +224,18 @@ impl Scheduler {
             due_ms,
             payload,
         };
-        let outcome = self.runtime.store.schedule(&partition, task, mode).await?;
+        let outcome = match self.runtime.store.schedule(&partition, task, mode).await {
+            Ok(outcome) => outcome,
+            Err(error @ StorageError::ReplicationTimeout { .. }) => {
+                // The task is on the master, only its replicas did not confirm it in time:
+                // its owner must hear of it as of any other, or it would fire only at the
+                // owner's next look (up to `idle_pull_period` late).
+                self.announce(&partition, due_ms, now, &ScheduleOutcome::Created)
+                    .await;
+                return Err(error.into());
+            }
+            Err(error) => return Err(error.into()),
+        };
         crate::admin::record_scheduled(&partition.queue, &outcome);
         self.announce(&partition, due_ms, now, &outcome).await;
         Ok(scheduled(&partition, &id, due_ms, outcome))
@@ -309,7 +320,15 @@ impl Scheduler {
                     }
                     Ok(scheduled(&partition, &id, due_ms, outcome))
                 }
-                Err(error) => Err(error.into()),
+                Err(error) => {
+                    if matches!(error, StorageError::ReplicationTimeout { .. }) {
+                        // Stored on the master, unconfirmed by its replicas: announced all
+                        // the same (see `schedule_with`).
+                        let entry = earliest.entry(partition.clone()).or_insert(due_ms);
+                        *entry = (*entry).min(due_ms);
+                    }
+                    Err(error.into())
+                }
             };
             results[position] = Some(result);
         }

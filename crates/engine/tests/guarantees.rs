@@ -245,6 +245,60 @@ async fn a_lost_claim_reply_fires_its_tasks_within_a_pull_period_not_a_lease() {
     node.shutdown().await.expect("shutdown");
 }
 
+/// A claim that reaches Redis late (the call waited out an outage in the connection layer:
+/// a Redis restart loading its AOF answers `LOADING` for seconds) carries the lease deadline
+/// computed when it was sent, already past or nearly: its tasks get a fresh lease before their
+/// handlers start, so the next look does not take them back while they run, and each runs
+/// once. Before, the next look requeued them and the same node ran them again at once
+/// (`tests/e2e_soak.rs` saw it after every slow Redis restart: tasks due during the outage
+/// fired twice on one node 15–300 ms apart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_that_reaches_redis_late_runs_its_tasks_once() {
+    let backend = TestBackend::redis();
+    let TestBackend::Redis(server) = &backend else {
+        unreachable!("a Redis backend");
+    };
+    let mut config = fast_config();
+    config.queue_defaults.partitions = 1;
+    let lease = config.engine.lease;
+    let store = recording_redis_store(server, &config).await;
+    let runs = Recorder::new();
+    // Handlers that take a moment, as real ones do: a run outlasts the next look.
+    let node = backend
+        .builder(&config)
+        .store(store.clone())
+        .handler("q", {
+            let runs = runs.clone();
+            move |task: Task| {
+                runs.record(&task);
+                async {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    Ok::<(), std::io::Error>(())
+                }
+            }
+        })
+        .start()
+        .await
+        .expect("node starts");
+    let due = node.now_ms() + 300;
+    for n in 0..10 {
+        node.schedule("q", &format!("task-{n}"), When::At(due), "")
+            .await
+            .expect("schedule");
+    }
+    // The claim of these tasks (the next claim: none is made before a task is due).
+    store.delay_next_claim(lease + Duration::from_millis(300));
+    wait_until(Duration::from_secs(15), "every task fired", || {
+        runs.distinct() == 10
+    })
+    .await;
+    // Long enough for a second run of anything whose lease was taken back.
+    tokio::time::sleep(lease + Duration::from_secs(1)).await;
+    let counts = runs.counts();
+    assert!(counts.values().all(|&n| n == 1), "ran twice: {counts:?}");
+    node.shutdown().await.expect("shutdown");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn tasks_beyond_one_claims_byte_budget_all_fire_once() {
     // 64 tasks of 256 KiB due at once: with the default 8 MiB claim budget, no claim reply

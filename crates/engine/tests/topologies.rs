@@ -14,7 +14,7 @@ use bytes::Bytes;
 use delayq_engine::config::{QueueConfig, SentinelConfig};
 use delayq_engine::{ScheduleRequest, Scheduler, When};
 use delayq_testkit::{RedisCluster, RedisServer, SentinelSet};
-use support::{fast_config, wait_until, Recorder};
+use support::{fast_config, wait_for_ownership, wait_until, Recorder};
 use tokio::task::block_in_place;
 use topologies_support::{
     eventually, failover_config, nodes_owning, script_calls, settled, start_nodes, Failover,
@@ -177,6 +177,76 @@ async fn sentinel_master_sigkilled_then_planned_failover_loses_no_acknowledged_s
         },
     ])
     .await;
+}
+
+/// A schedule whose `WAIT` saw too few replicas is on the master all the same (the error
+/// says so): the owner of its partition hears of it as of any schedule and fires it on time.
+/// Before, the error skipped the wake-up, so an idle owner found the task only at its next
+/// look, up to `idle_pull_period` late: the Sentinel soak (`tests/e2e_soak.rs`) saw tasks
+/// fire 26–30 s after their due once a failover had left a replica resyncing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unconfirmed_schedule_still_wakes_the_owner_of_its_partition() {
+    let server = block_in_place(RedisServer::start);
+    let mut lax = fast_config();
+    lax.redis.url = server.url();
+    // Only a wake-up can get the task fired on time: the owner's looks are 30 s apart.
+    lax.engine.pull_period = Duration::from_secs(30);
+    lax.engine.prefetch_window = Duration::from_secs(30);
+    lax.engine.idle_pull_period = Duration::from_secs(60);
+    lax.queues.insert("orders".to_owned(), lax.queue_defaults);
+    let mut strict = lax.clone();
+    strict.redis.wait_replicas = 1;
+    strict.redis.wait_timeout = Duration::from_millis(100);
+    let recorder = Recorder::new();
+    let node = Scheduler::builder(lax.clone())
+        .handler("orders", recorder.handler())
+        .start()
+        .await
+        .expect("a node starts");
+    let producer = Scheduler::builder(strict)
+        .start()
+        .await
+        .expect("a producer starts");
+    wait_for_ownership(std::slice::from_ref(&node), 1).await;
+    // The node's first looks at its new partitions are over: from now on it is idle.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let due_ms = node.now_ms() + 1_000;
+    let single = producer
+        .schedule("orders", "unconfirmed", When::At(due_ms), "")
+        .await
+        .expect_err("no replica can confirm the schedule");
+    assert!(
+        single.to_string().contains("replicas confirmed it"),
+        "{single}"
+    );
+    let many = producer
+        .schedule_many(
+            "orders",
+            vec![ScheduleRequest::new(
+                "unconfirmed-many",
+                When::At(due_ms + 200),
+                Bytes::new(),
+            )],
+        )
+        .await
+        .expect("the call is answered item by item");
+    assert!(
+        many[0]
+            .as_ref()
+            .is_err_and(|error| error.to_string().contains("replicas confirmed it")),
+        "{many:?}"
+    );
+    wait_until(
+        Duration::from_secs(10),
+        "both unconfirmed tasks fire",
+        || recorder.len() == 2,
+    )
+    .await;
+    for firing in recorder.firings() {
+        let late = firing.fired_ms.saturating_sub(firing.due_ms);
+        assert!(late < 2_000, "{} fired {late} ms late", firing.id);
+    }
 }
 
 /// `wait_replicas: 1` on a server without replicas: a producer's schedule fails fast with a

@@ -411,3 +411,40 @@ async fn flushed_scripts_are_loaded_again_for_single_calls_and_pipelines() {
         .expect("claim");
     assert_eq!(claimed.tasks.len(), 50);
 }
+
+/// A queue registered while Redis stalls (`DEBUG SLEEP`): the registration's first `HSETNX`
+/// times out and runs only after the stall, so the retry finds the entry there. The
+/// registry's version must still move, so that a store which read the registry before sees
+/// the new queue at once. Before, the retry bumped nothing and other stores kept their
+/// cached registry for up to 30 s: a node neither served the new queue nor found its tasks
+/// (`cancel` answered "no such task" for a pending one; `tests/e2e_soak.rs` caught it after a
+/// Redis stall).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_registered_through_a_stall_is_seen_by_every_store_at_once() {
+    let (server, store, _) = start(RedisOptions {
+        extra_args: vec![("enable-debug-command".to_owned(), "local".to_owned())],
+        ..RedisOptions::default()
+    })
+    .await;
+    let reader = RedisStore::connect(options(server.url()))
+        .await
+        .expect("connect");
+    let known = |queues: Vec<(QueueName, u32)>| queues.iter().any(|(q, _)| q.as_str() == "late");
+    assert!(!known(reader.queues().await.expect("queues")));
+    let stall = tokio::task::spawn_blocking(move || {
+        let slept = server.command(&["DEBUG", "SLEEP", "1.2"]);
+        (server, slept)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let late = QueueName::new("late").expect("valid queue");
+    assert_eq!(
+        store.register_queue(&late, 16).await.expect("registered"),
+        16
+    );
+    let (_server, slept) = stall.await.expect("the stall ended");
+    slept.expect("DEBUG SLEEP");
+    assert!(
+        known(reader.queues().await.expect("queues")),
+        "a store that read the registry before the stall does not see the new queue"
+    );
+}

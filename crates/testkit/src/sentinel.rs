@@ -191,26 +191,31 @@ impl SentinelSet {
     /// # Panics
     /// When the failover does not complete within 20 seconds.
     pub fn failover(&self) -> u16 {
+        self.try_failover(Duration::from_secs(20))
+            .unwrap_or_else(|error| panic!("{error}\n{}", self.logs()))
+    }
+
+    /// [`SentinelSet::failover`] that reports a failover that did not complete within
+    /// `limit` (no sentinel took the request, the promotion timed out and the sentinels
+    /// aborted, the old master was not demoted) instead of panicking, so that a caller can
+    /// wait and ask again (the sentinels refuse a new failover of the same master for twice
+    /// the failover timeout).
+    pub fn try_failover(&self, limit: Duration) -> Result<u16, String> {
         let old = self.master_port();
         let asked = self.sentinel_ports().into_iter().any(|port| {
             self.on_sentinel(port, &["SENTINEL", "FAILOVER", &self.master_name])
                 .is_ok()
         });
-        assert!(
-            asked,
-            "no sentinel accepted SENTINEL FAILOVER\n{}",
-            self.logs()
-        );
-        let new = self.wait_for_new_master(old, Duration::from_secs(20));
-        let demoted = poll(Duration::from_secs(20), || {
+        if !asked {
+            return Err("no sentinel accepted SENTINEL FAILOVER".to_owned());
+        }
+        let new = poll(limit, || self.agreed_new_master(old))
+            .ok_or_else(|| format!("no new master within {limit:?}"))?;
+        poll(limit, || {
             (self.role(old).as_deref() == Some("slave")).then_some(())
-        });
-        assert!(
-            demoted.is_some(),
-            "old master {old} was not demoted\n{}",
-            self.logs()
-        );
-        new
+        })
+        .ok_or_else(|| format!("old master {old} was not demoted within {limit:?}"))?;
+        Ok(new)
     }
 
     /// Waits until every running sentinel names a master other than `old` that answers
@@ -219,17 +224,46 @@ impl SentinelSet {
     /// # Panics
     /// When that does not happen within `limit`.
     pub fn wait_for_new_master(&self, old: u16, limit: Duration) -> u16 {
-        let found = poll(limit, || {
-            let named: Vec<u16> = self
+        let found = poll(limit, || self.agreed_new_master(old));
+        found.unwrap_or_else(|| panic!("no new master within {limit:?}\n{}", self.logs()))
+    }
+
+    /// The master every running sentinel names, when it is not `old` and answers `ROLE` as
+    /// master.
+    fn agreed_new_master(&self, old: u16) -> Option<u16> {
+        let named: Vec<u16> = self
+            .sentinel_ports()
+            .into_iter()
+            .map(|port| self.master_port_by(port))
+            .collect::<Option<_>>()?;
+        let first = *named.first()?;
+        let agreed = first != old && named.iter().all(|&port| port == first);
+        (agreed && self.role(first).as_deref() == Some("master")).then_some(first)
+    }
+
+    /// Waits until the current master counts `replicas` replicas online (`INFO
+    /// replication`): after a failover the demoted master resyncs as a replica, and a
+    /// failover asked before that may find no replica to promote.
+    ///
+    /// # Panics
+    /// When that does not happen within `limit`.
+    pub fn wait_for_replicas_online(&self, replicas: usize, limit: Duration) {
+        let online = poll(limit, || {
+            let master = self
                 .sentinel_ports()
                 .into_iter()
-                .map(|port| self.master_port_by(port))
-                .collect::<Option<_>>()?;
-            let first = *named.first()?;
-            let agreed = first != old && named.iter().all(|&port| port == first);
-            (agreed && self.role(first).as_deref() == Some("master")).then_some(first)
+                .find_map(|port| self.master_port_by(port))?;
+            let info: String =
+                redis::from_redis_value(self.on_data(master, &["INFO", "replication"]).ok()?)
+                    .ok()?;
+            (info.matches("state=online").count() >= replicas).then_some(())
         });
-        found.unwrap_or_else(|| panic!("no new master within {limit:?}\n{}", self.logs()))
+        if online.is_none() {
+            panic!(
+                "the master did not have {replicas} replicas online within {limit:?}\n{}",
+                self.logs()
+            );
+        }
     }
 
     /// The log tails of every process.

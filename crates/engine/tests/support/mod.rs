@@ -238,6 +238,9 @@ pub struct RecordingStore {
     /// caller sees a response timeout.
     lose_claim_replies: AtomicU64,
     lost_claims: AtomicU64,
+    /// How long the next claim waits before it reaches Redis (a call that waited out an
+    /// outage in the connection layer), once.
+    next_claim_delay_ms: AtomicU64,
     /// Recurring compare-and-sets after a tick was created: every `swap_fault_every`-th one
     /// fails, before it is applied (a node dying between creating a tick and advancing its
     /// schedule) or, when `swap_fault_after` is set, after (its reply lost).
@@ -257,6 +260,7 @@ impl RecordingStore {
             requeued: AtomicU64::new(0),
             lose_claim_replies: AtomicU64::new(0),
             lost_claims: AtomicU64::new(0),
+            next_claim_delay_ms: AtomicU64::new(0),
             swap_fault_every: AtomicU64::new(0),
             swap_fault_after: std::sync::atomic::AtomicBool::new(false),
             swaps: AtomicU64::new(0),
@@ -296,6 +300,13 @@ impl RecordingStore {
     /// after Redis committed the claim).
     pub fn lose_next_claim_replies(&self, count: u64) {
         self.lose_claim_replies.store(count, Ordering::SeqCst);
+    }
+
+    /// Makes the next claim reach the store only after `delay`, with the lease deadline
+    /// its caller computed when it sent it.
+    pub fn delay_next_claim(&self, delay: Duration) {
+        self.next_claim_delay_ms
+            .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
     /// Claims whose reply was dropped so far.
@@ -471,6 +482,10 @@ impl TaskStore for RecordingStore {
         lease_deadline_ms: u64,
         owner: &str,
     ) -> StorageResult<ClaimBatch> {
+        let delay = self.next_claim_delay_ms.swap(0, Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         let batch = self
             .inner
             .claim_due(partition, now_ms, limit, lease_deadline_ms, owner)

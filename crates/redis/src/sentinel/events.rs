@@ -1,6 +1,8 @@
 //! What the sentinels announce about our master: `+failover-state-send-slaveof-noone` (a
-//! replica is being promoted: stop using the old master) and `+switch-master` (the new
-//! master's address, and the old one's, which is not to be used again until re-announced).
+//! replica is being promoted: stop using the old master), `+switch-master` (the new
+//! master's address, and the old one's, which is not to be used again until re-announced)
+//! and `-failover-abort-*` (the promotion was given up: the master the sentinels name, the
+//! old one, is used again at once rather than after the failover timeout).
 
 use std::collections::HashSet;
 use std::sync::{Mutex, Weak};
@@ -17,6 +19,14 @@ const SWITCH_MASTER: &str = "+switch-master";
 /// The channel on which a sentinel announces it is promoting a replica: from then on the old
 /// master is about to be demoted, and what it acknowledges may be lost.
 const PROMOTING: &str = "+failover-state-send-slaveof-noone";
+/// The channels on which a sentinel announces that a failover it led was given up (the
+/// replica it chose did not report its promotion in time, it lost the election, or it found
+/// no replica to promote): the old master stays the master.
+const ABORTED: [&str; 3] = [
+    "-failover-abort-slave-timeout",
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
+];
 
 /// The sentinels' announcements about one master.
 pub(super) struct Announcements {
@@ -100,6 +110,10 @@ impl Announcements {
                 state.promoting_since = Some(Instant::now());
                 true
             }
+            // `master <name> <ip> <port>`: news only while a promotion was under way.
+            (aborted, ["master", master, ..]) if ABORTED.contains(&aborted) && *master == name => {
+                state.promoting_since.take().is_some()
+            }
             _ => false,
         }
     }
@@ -128,7 +142,8 @@ pub(super) fn with_address(template: ConnectionInfo, host: String, port: u16) ->
 pub(super) async fn follow_announcements(client: Client, shared: Weak<Shared>) {
     loop {
         if let Ok(mut pubsub) = client.get_async_pubsub().await {
-            if pubsub.subscribe(&[SWITCH_MASTER, PROMOTING]).await.is_ok() {
+            let channels = [SWITCH_MASTER, PROMOTING, ABORTED[0], ABORTED[1], ABORTED[2]];
+            if pubsub.subscribe(&channels).await.is_ok() {
                 let mut messages = pubsub.on_message();
                 while let Some(message) = messages.next().await {
                     let Some(shared) = shared.upgrade() else {
@@ -189,6 +204,35 @@ mod tests {
             "mymaster 127.0.0.1 2 127.0.0.1 1",
             "mymaster"
         ));
+    }
+
+    #[test]
+    fn an_aborted_promotion_lets_the_old_master_be_used_again_at_once() {
+        // The soak (tests/e2e_soak.rs) saw every node stand still for the whole failover
+        // timeout (10 s) after the sentinels gave a promotion up on a loaded machine.
+        let announcements = Announcements::new(Duration::from_secs(10));
+        let promoting = "slave 127.0.0.1:2 127.0.0.1 2 @ mymaster 127.0.0.1 1";
+        assert!(announcements.record(PROMOTING, promoting, "mymaster"));
+        assert!(announcements.promoting());
+        let aborted = "master mymaster 127.0.0.1 1";
+        assert!(!announcements.record("-failover-abort-slave-timeout", aborted, "other"));
+        assert!(announcements.promoting());
+        assert!(announcements.record("-failover-abort-slave-timeout", aborted, "mymaster"));
+        assert!(!announcements.promoting());
+        assert!(!announcements.is_replaced("127.0.0.1:1"));
+        // Heard again from another sentinel, or with no promotion under way: no news.
+        assert!(!announcements.record("-failover-abort-slave-timeout", aborted, "mymaster"));
+        for channel in [
+            "-failover-abort-not-elected",
+            "-failover-abort-no-good-slave",
+        ] {
+            assert!(announcements.record(PROMOTING, promoting, "mymaster"));
+            assert!(
+                announcements.record(channel, aborted, "mymaster"),
+                "{channel}"
+            );
+            assert!(!announcements.promoting(), "{channel}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 use std::collections::HashSet;
 
+use delayq_redis::ScriptCall;
 use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
@@ -21,6 +22,8 @@ use crate::model::QueueName;
 
 use super::connection::RedisStore;
 use super::keys::{legacy_registry_key, registry_key, registry_version_key};
+use super::reply::bytes;
+use super::scripts::SCRIPTS;
 
 /// The most partitions a queue may have.
 pub(crate) const MAX_PARTITIONS: u32 = 65_536;
@@ -61,23 +64,17 @@ impl RedisStore {
         self.merge_legacy_registry().await?;
         let key = registry_key(&self.prefix);
         let version = registry_version_key(&self.prefix);
-        // HSETNX then HGET: both idempotent, so the pair may be retried as a read. A new
-        // entry bumps the registry's version counter, so readers re-read the registry.
+        // One script (HSETNX, INCR when it added, HGET): idempotent, so it may be retried as
+        // a read, and a run whose reply was lost has bumped the version counter already, so
+        // readers re-read the registry whichever attempt added the entry.
         let recorded: Option<Vec<u8>> = self
             .read(OPERATION, &key, |connection| {
-                let mut set = redis::cmd("HSETNX");
-                set.arg(&key).arg(queue.as_str()).arg(partitions);
-                let mut get = redis::cmd("HGET");
-                get.arg(&key).arg(queue.as_str());
-                let mut bump = redis::cmd("INCR");
-                bump.arg(&version);
-                async move {
-                    let added: bool = connection.query(OPERATION, &set).await?;
-                    if added {
-                        let _: u64 = connection.query(OPERATION, &bump).await?;
-                    }
-                    connection.query(OPERATION, &get).await
-                }
+                let call = ScriptCall::new(&SCRIPTS.register_queue)
+                    .key(&key)
+                    .key(&version)
+                    .arg(queue.as_str())
+                    .arg(partitions);
+                async move { Ok(bytes(connection.run_script(&call).await?)) }
             })
             .await?;
         let recorded = parse_partitions(&recorded.unwrap_or_default()).map_err(|reason| {

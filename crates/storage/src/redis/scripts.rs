@@ -54,11 +54,12 @@ pub(crate) struct Scripts {
     pub rate_take: Script,
     pub global_slots: Script,
     pub drop_partition: Script,
+    pub register_queue: Script,
 }
 
 impl Scripts {
     /// All of them, for preloading.
-    pub(crate) fn all(&self) -> [&Script; 20] {
+    pub(crate) fn all(&self) -> [&Script; 21] {
         [
             &self.schedule,
             &self.claim_due,
@@ -80,6 +81,7 @@ impl Scripts {
             &self.rate_take,
             &self.global_slots,
             &self.drop_partition,
+            &self.register_queue,
         ]
     }
 }
@@ -112,4 +114,5 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     rate_take: script(&[], include_str!("../../lua/rate_take.lua")),
     global_slots: script(&[], include_str!("../../lua/global_slots.lua")),
     drop_partition: script(&[], include_str!("../../lua/drop_partition.lua")),
+    register_queue: script(&[], include_str!("../../lua/register_queue.lua")),
 });
