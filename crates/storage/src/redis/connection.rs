@@ -36,7 +36,7 @@ const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::
 /// plus the queue registry `<prefix>:{cluster}:queues`. The record in `tasks` is a versioned
 /// text header followed by the payload (`1|generation|attempt|claim|due|scheduled due|error
 /// length|error payload`); completed tasks keep only the header. Every change is one Lua script
-/// called by SHA, with every key passed through `KEYS` and all in one slot, routed to the
+/// called with `FCALL` (or by SHA), with every key passed through `KEYS` and all in one slot, routed to the
 /// master of that slot.
 ///
 /// Reads are retried twice after a transient failure; changes are not (after a lost
@@ -76,7 +76,8 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to Redis (any topology) and loads the scripts.
+    /// Connects to Redis (any topology) and loads the scripts (a Functions library, or
+    /// `EVALSHA` scripts where Functions cannot be used).
     ///
     /// Connection attempts are retried until `options.redis.timeouts.start` runs out, then
     /// fail with `ConnectionLost` (refused, unreachable) or `Timeout` (no answer). A refused
@@ -103,9 +104,19 @@ impl RedisStore {
             None => firing.clone(),
         };
         let deadline = timeouts.failover + timeouts.response + timeouts.connect;
-        within(deadline, firing.load_scripts(&SCRIPTS.all()))
-            .await
-            .map_err(|error| map_error(OPERATION, "", error))?;
+        // Each connection learns for itself whether the servers take Functions.
+        let load = |connection: &RedisConnection| {
+            let connection = connection.clone();
+            async move {
+                within(deadline, connection.load_library(&SCRIPTS.library))
+                    .await
+                    .map_err(|error| map_error(OPERATION, "", error))
+            }
+        };
+        tokio::try_join!(load(&firing), load(&producer))?;
+        if replication.is_some() {
+            load(&acker).await?;
+        }
         tracing::debug!(redis = %firing.describe(), prefix = %options.key_prefix, "connected to Redis");
         Ok(RedisStore {
             firing,
