@@ -43,6 +43,19 @@ async fn start(redis: RedisOptions) -> (RedisServer, RedisStore, Partition) {
     (server, store, Partition::new(queue, 0))
 }
 
+/// A server and a store that uses Redis Functions or not, whatever the environment says.
+async fn start_with_functions(functions: bool) -> (RedisServer, RedisStore, Partition) {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .expect("start redis-server");
+    let mut settings = options(server.url());
+    settings.redis = settings.redis.with_functions(functions);
+    let store = RedisStore::connect(settings).await.expect("connect");
+    let queue = QueueName::new("q").expect("valid queue");
+    store.register_queue(&queue, 1).await.expect("register");
+    (server, store, Partition::new(queue, 0))
+}
+
 /// Restarts the server (same port and directory) off the async runtime.
 async fn restart(mut server: RedisServer) -> RedisServer {
     tokio::task::spawn_blocking(move || {
@@ -402,15 +415,7 @@ async fn a_stale_token_after_requeue_is_rejected_and_changes_nothing() {
 #[tokio::test]
 async fn flushed_scripts_are_loaded_again_for_single_calls_and_pipelines() {
     // The EVALSHA path (Redis < 7, or Functions turned off).
-    let server = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .expect("start redis-server");
-    let mut settings = options(server.url());
-    settings.redis = settings.redis.with_functions(false);
-    let store = RedisStore::connect(settings).await.expect("connect");
-    let queue = QueueName::new("q").expect("valid queue");
-    store.register_queue(&queue, 1).await.expect("register");
-    let p = Partition::new(queue, 0);
+    let (server, store, p) = start_with_functions(false).await;
     server.command(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
     schedule_all(&store, &p, "t", 50, |_| T0).await;
     server.command(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
@@ -424,7 +429,8 @@ async fn flushed_scripts_are_loaded_again_for_single_calls_and_pipelines() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn firing_goes_on_while_the_functions_library_is_flushed_again_and_again() {
     const TASKS: usize = 2_000;
-    let (server, store, p) = start(RedisOptions::default()).await;
+    // Functions on, whatever DELAYQ_REDIS_FUNCTIONS says.
+    let (server, store, p) = start_with_functions(true).await;
     schedule_all(&store, &p, "t", TASKS as u64, |_| T0).await;
     let flushing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let flusher = {

@@ -11,6 +11,11 @@
 //!
 //! Each batch runs in its own task, so a caller that gives up (its future dropped) does not
 //! strand the others; the batch still completes, as a single call would have.
+//!
+//! The key says which items may share a call: on a Redis Cluster one partition (one slot), on
+//! a single master anything of one kind (the scripts take several partitions per call, so a
+//! node's acks of all its partitions share one call). A batch holds at most
+//! [`MAX_BATCH`] weight (items weigh 1 unless told: a claim weighs its limit).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -21,15 +26,17 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::error::{StorageError, StorageResult};
+use crate::model::Partition;
 
-/// The most items sent in one batch.
-const MAX_BATCH: usize = 512;
+/// The most weight (items, unless weighed) sent in one batch by default.
+pub(crate) const MAX_BATCH: usize = 512;
 
-type Waiting<I, O> = Vec<(I, oneshot::Sender<StorageResult<O>>)>;
+type Waiting<I, O> = Vec<(I, usize, oneshot::Sender<StorageResult<O>>)>;
 
 /// Items waiting per key (a partition, and whatever else must be equal within one call).
 pub(crate) struct Batcher<K, I, O> {
     queues: Arc<Mutex<HashMap<K, Queue<I, O>>>>,
+    max_weight: usize,
 }
 
 struct Queue<I, O> {
@@ -40,14 +47,23 @@ impl<K, I, O> Clone for Batcher<K, I, O> {
     fn clone(&self) -> Self {
         Batcher {
             queues: Arc::clone(&self.queues),
+            max_weight: self.max_weight,
         }
     }
 }
 
 impl<K, I, O> Default for Batcher<K, I, O> {
     fn default() -> Self {
+        Batcher::with_max_weight(MAX_BATCH)
+    }
+}
+
+impl<K, I, O> Batcher<K, I, O> {
+    /// A batcher whose batches weigh at most `max_weight` (a heavier item goes alone).
+    pub(crate) fn with_max_weight(max_weight: usize) -> Self {
         Batcher {
             queues: Arc::new(Mutex::new(HashMap::new())),
+            max_weight: max_weight.max(1),
         }
     }
 }
@@ -71,20 +87,36 @@ where
         F: FnMut(K, Vec<I>) -> Fut + Send + 'static,
         Fut: Future<Output = Vec<StorageResult<O>>> + Send + 'static,
     {
+        self.submit_weighted(operation, key, item, 1, send).await
+    }
+
+    /// [`submit`](Self::submit) for an item of `weight`.
+    pub(crate) async fn submit_weighted<F, Fut>(
+        &self,
+        operation: &'static str,
+        key: K,
+        item: I,
+        weight: usize,
+        send: F,
+    ) -> StorageResult<O>
+    where
+        F: FnMut(K, Vec<I>) -> Fut + Send + 'static,
+        Fut: Future<Output = Vec<StorageResult<O>>> + Send + 'static,
+    {
         let (sender, receiver) = oneshot::channel();
         let start = {
             let mut queues = self.queues.lock();
             match queues.get_mut(&key) {
                 // A batch of this key is in flight: join the next one.
                 Some(queue) => {
-                    queue.waiting.push((item, sender));
+                    queue.waiting.push((item, weight, sender));
                     false
                 }
                 None => {
                     queues.insert(
                         key.clone(),
                         Queue {
-                            waiting: vec![(item, sender)],
+                            waiting: vec![(item, weight, sender)],
                         },
                     );
                     true
@@ -92,7 +124,7 @@ where
             }
         };
         if start {
-            tokio::spawn(drain(Arc::clone(&self.queues), key, send));
+            tokio::spawn(drain(Arc::clone(&self.queues), key, self.max_weight, send));
         }
         receiver.await.unwrap_or_else(|_| {
             Err(StorageError::Backend {
@@ -105,8 +137,12 @@ where
 
 /// Sends the batches of `key` until none is waiting, then removes the key (the next caller
 /// starts a new drain).
-async fn drain<K, I, O, F, Fut>(queues: Arc<Mutex<HashMap<K, Queue<I, O>>>>, key: K, mut send: F)
-where
+async fn drain<K, I, O, F, Fut>(
+    queues: Arc<Mutex<HashMap<K, Queue<I, O>>>>,
+    key: K,
+    max_weight: usize,
+    mut send: F,
+) where
     K: Hash + Eq + Clone,
     F: FnMut(K, Vec<I>) -> Fut,
     Fut: Future<Output = Vec<StorageResult<O>>>,
@@ -131,10 +167,21 @@ where
                 guard.key = None;
                 return;
             }
-            let take = queue.waiting.len().min(MAX_BATCH);
+            let mut take = 0;
+            let mut weight = 0;
+            for (_, item_weight, _) in &queue.waiting {
+                if take > 0 && weight + item_weight > max_weight {
+                    break;
+                }
+                take += 1;
+                weight += item_weight;
+            }
             queue.waiting.drain(..take).collect()
         };
-        let (items, senders): (Vec<I>, Vec<_>) = batch.into_iter().unzip();
+        let (items, senders): (Vec<I>, Vec<_>) = batch
+            .into_iter()
+            .map(|(item, _, sender)| (item, sender))
+            .unzip();
         let results = send(key.clone(), items).await;
         for (sender, result) in senders.into_iter().zip(results) {
             let _ = sender.send(result);
@@ -154,6 +201,22 @@ impl<K: Hash + Eq, I, O> Drop for RemoveOnDrop<'_, K, I, O> {
             self.queues.lock().remove(&key);
         }
     }
+}
+
+/// The positions of `partitions` grouped by partition, in the order each first appears.
+pub(crate) fn by_partition<'a>(
+    partitions: impl Iterator<Item = &'a Partition>,
+) -> Vec<(&'a Partition, Vec<usize>)> {
+    let mut groups: Vec<(&Partition, Vec<usize>)> = Vec::new();
+    let mut group_of: HashMap<&Partition, usize> = HashMap::new();
+    for (index, partition) in partitions.enumerate() {
+        let group = *group_of.entry(partition).or_insert_with(|| {
+            groups.push((partition, Vec::new()));
+            groups.len() - 1
+        });
+        groups[group].1.push(index);
+    }
+    groups
 }
 
 #[cfg(test)]
@@ -225,6 +288,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_never_weighs_more_than_its_limit_but_a_heavy_item_goes_alone() {
+        let batcher: Batcher<u32, usize, usize> = Batcher::with_max_weight(10);
+        let heaviest = Arc::new(AtomicUsize::new(0));
+        let callers = [3usize, 4, 5, 2, 25, 1, 6, 4].map(|weight| {
+            let (batcher, heaviest) = (batcher.clone(), Arc::clone(&heaviest));
+            tokio::spawn(async move {
+                batcher
+                    .submit_weighted("test", 1, weight, weight, move |_, items| {
+                        let heaviest = Arc::clone(&heaviest);
+                        async move {
+                            let total: usize = items.iter().sum();
+                            assert!(total <= 10 || items.len() == 1, "{items:?}");
+                            heaviest.fetch_max(total, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            items.into_iter().map(Ok).collect()
+                        }
+                    })
+                    .await
+            })
+        });
+        for (caller, weight) in futures::future::join_all(callers)
+            .await
+            .into_iter()
+            .zip([3usize, 4, 5, 2, 25, 1, 6, 4])
+        {
+            assert_eq!(caller.expect("no panic").expect("result"), weight);
+        }
+        assert_eq!(
+            heaviest.load(Ordering::Relaxed),
+            25,
+            "the heavy item went alone"
+        );
     }
 
     #[tokio::test]

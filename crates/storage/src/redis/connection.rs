@@ -4,12 +4,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_redis::{RedisConnection, ScriptCall};
+use delayq_redis::{RedisConnection, ScriptCall, TopologyKind};
 use redis::Value;
 
 use crate::error::StorageResult;
 use crate::model::{
-    AckOutcome, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome, StoreOptions,
+    AckOutcome, ClaimBatch, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome,
+    StoreOptions,
 };
 
 use super::batch::Batcher;
@@ -18,6 +19,21 @@ use super::keys::PartitionKeys;
 use super::replication::Replication;
 use super::scripts::SCRIPTS;
 use super::RedisStoreOptions;
+
+/// The most tasks one claim call asks for, summed over the partitions that share it (a
+/// single claim may ask for more, up to `engine.claim_batch`, and then goes alone): bounds
+/// how long one call holds Redis.
+const MAX_CLAIM_TASKS: usize = 1024;
+
+/// One partition's claim, waiting to share a call with others (see [`RedisStore::group_of`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimRequest {
+    pub(crate) partition: Partition,
+    pub(crate) now_ms: u64,
+    pub(crate) limit: usize,
+    pub(crate) lease_deadline_ms: u64,
+    pub(crate) owner: String,
+}
 
 /// Pauses before the retries of an idempotent read that failed on a transient error.
 const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(400)];
@@ -50,11 +66,14 @@ pub struct RedisStore {
     pub(crate) producer: RedisConnection,
     /// Acks: the firing connection, or one of their own when acks wait for replicas.
     pub(crate) acker: RedisConnection,
-    /// Concurrent acks of one partition, sent together.
-    pub(crate) acks: Batcher<Partition, LeaseToken, AckOutcome>,
-    /// Concurrent single schedules of one partition and mode, sent
-    /// together.
-    pub(crate) schedules: Batcher<(Partition, ScheduleMode), NewTask, ScheduleOutcome>,
+    /// Concurrent acks, sent together: of one partition on a cluster, of all of them on a
+    /// single master (see [`RedisStore::group_of`]).
+    pub(crate) acks: Batcher<Option<Partition>, LeaseToken, AckOutcome>,
+    /// Concurrent claims, grouped like acks, weighed by their limits.
+    pub(crate) claims: Batcher<Option<Partition>, ClaimRequest, ClaimBatch>,
+    /// Concurrent single schedules of one mode, grouped like acks.
+    pub(crate) schedules:
+        Batcher<(Option<Partition>, ScheduleMode), (Partition, NewTask), ScheduleOutcome>,
     pub(crate) prefix: Arc<str>,
     pub(crate) options: StoreOptions,
     /// The longest one operation may take: a failover, a response and a reconnection.
@@ -123,6 +142,7 @@ impl RedisStore {
             producer,
             acker,
             acks: Batcher::default(),
+            claims: Batcher::with_max_weight(MAX_CLAIM_TASKS),
             schedules: Batcher::default(),
             prefix: Arc::from(options.key_prefix),
             options: options.store,
@@ -135,6 +155,17 @@ impl RedisStore {
     /// The keys of `partition`.
     pub(crate) fn keys(&self, partition: &Partition) -> PartitionKeys {
         PartitionKeys::new(&self.prefix, partition)
+    }
+
+    /// Which concurrent calls of `partition` may share one script call: on a Redis Cluster
+    /// those of the same partition (a call touches one slot); on a single master (one
+    /// server, Sentinel) all of them (`None`), since most of a call's cost is the call itself
+    /// and the scripts take several partitions.
+    pub(crate) fn group_of(&self, partition: &Partition) -> Option<Partition> {
+        match self.firing.kind() {
+            TopologyKind::Cluster => Some(partition.clone()),
+            TopologyKind::Standalone | TopologyKind::Sentinel => None,
+        }
     }
 
     /// Runs one script call on the firing connection (routed by `KEYS[1]`, reloaded on

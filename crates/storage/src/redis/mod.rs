@@ -84,6 +84,7 @@
 
 mod admin;
 mod batch;
+mod claim;
 mod connection;
 mod controls;
 mod drop_queue;
