@@ -4,6 +4,7 @@
 # redis-server. Prints one JSON line:
 #   tasks_per_s            N / (last fired - due)
 #   redis_cpu_us_per_task  INFO cpu (used_cpu_sys + used_cpu_user) delta over the fire phase / N
+#                          (redis_sys_us_per_task: the kernel's share, used_cpu_sys)
 #   node_cpu_us_per_task   the node processes' utime + stime (/proc/<pid>/stat) delta, summed / N
 #   bytes_per_task         used_memory delta over the load (settled) / N
 #   commands               INFO commandstats delta over the fire phase: per command, calls per
@@ -37,6 +38,8 @@ def info(section):
     return [l.strip() for l in out.splitlines() if ":" in l]
 def cpu():
     return sum(float(l.split(":")[1]) for l in info("cpu") if l.startswith(("used_cpu_sys:", "used_cpu_user:")))
+def cpu_sys():
+    return sum(float(l.split(":")[1]) for l in info("cpu") if l.startswith("used_cpu_sys:"))
 def used_memory():
     return int(next(l.split(":")[1] for l in info("memory") if l.startswith("used_memory:")))
 def settled_memory():
@@ -86,7 +89,7 @@ if __import__("os").environ.get("PERF"):
     rpid = next(l.split(":")[1].strip() for l in rpid.splitlines() if l.startswith("process_id:"))
     perf = subprocess.Popen(["perf", "record", "-F", "1999", "-g", "-p", rpid, "-o", __import__("os").environ["PERF"]],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-c0, n0, s0 = cpu(), node_cpu(), commandstats()
+c0, n0, s0, y0 = cpu(), node_cpu(), commandstats(), cpu_sys()
 def count():
     n = 0
     for f in glob.glob(D + "/out*.jsonl"):
@@ -96,7 +99,7 @@ def count():
 t_end = time.time() + 120
 while count() < N and time.time() < t_end:
     time.sleep(0.05)
-c1, n1, s1 = cpu(), node_cpu(), commandstats()
+c1, n1, s1, y1 = cpu(), node_cpu(), commandstats(), cpu_sys()
 if perf:
     perf.send_signal(2)
     perf.wait()
@@ -119,6 +122,7 @@ commands = dict(sorted(commands.items(), key=lambda kv: -kv[1]["us_per_task"]))
 print(json.dumps({"deliveries": len(fired), "tasks_per_s": round(N / ((last - due) / 1000)),
                   "drain_ms": last - due,
                   "redis_cpu_us_per_task": round((c1 - c0) * 1e6 / N, 2),
+                  "redis_sys_us_per_task": round((y1 - y0) * 1e6 / N, 2),
                   "node_cpu_us_per_task": round((n1 - n0) * 1e6 / N, 2),
                   "bytes_per_task": round((m1 - m0) / N, 1),
                   "payload_bytes": PB,

@@ -17,7 +17,9 @@
 --   'X<reason>' the record is corrupt: nothing changed.
 -- Tokens of one partition are judged as if acked one after the other (a repeated id is read
 -- again).
--- Speed: per partition one HMGET and one ZMSCORE to read, one call per kind of write.
+-- Speed: per partition one HMGET, then per token one anchored match and one ZREM (whose answer
+-- says whether the claim still held the task: an in-flight check without ZMSCORE, whose
+-- scores Redis 7.0 formats with printf), then one call per kind of write.
 
 local keep_done = tonumber(ARGV[1]) > 0
 -- A string: Lua numbers handed to redis.call are formatted with %.17g, once per task.
@@ -25,76 +27,122 @@ local now = keep_done and string.format('%d', redis_now_ms()) or '0'
 local out = {}
 local nout = 0
 
+-- The token's task left in flight (its entry was there and is gone now): its done record,
+-- or nil, reason when the record is corrupt. `errlen`, `err_at`: from ACK_FIELDS, when it
+-- matched.
+local function done_record_of(raw, errlen, err_at)
+  if not keep_done then
+    -- No done entry is kept: the record goes, whatever it holds.
+    return ''
+  end
+  if errlen == '' then
+    -- The header as it is: the payload is all a completed task drops.
+    return string.sub(raw, 1, err_at - 1)
+  end
+  -- It failed before: the done record keeps no error either.
+  local rec, reason = decode_record(raw)
+  if not rec then
+    return nil, reason
+  end
+  return encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, '', '')
+end
+
 local function ack_partition(tasks_key, inflight_key, done_key, base, count)
   local ids = {}
   for i = 1, count do
     ids[i] = ARGV[base + 3 * i - 2]
   end
   local raws = read_in_chunks('HMGET', tasks_key, ids)
-  local leases = read_in_chunks('ZMSCORE', inflight_key, ids)
 
-  local leave, records, stamps, forget = {}, {}, {}, {}
+  local records, stamps, forget = {}, {}, {}
+  local nrec, nforget = 0, 0
   local function write()
-    call_in_chunks('ZREM', inflight_key, leave)
-    call_in_chunks('HSET', tasks_key, records)
-    call_in_chunks('ZADD', done_key, stamps)
-    call_in_chunks('HDEL', tasks_key, forget)
-    leave, records, stamps, forget = {}, {}, {}, {}
+    if nrec > 0 then
+      call_in_chunks('HSET', tasks_key, records)
+      call_in_chunks('ZADD', done_key, stamps)
+    end
+    if nforget > 0 then
+      call_in_chunks('HDEL', tasks_key, forget)
+    end
+    records, stamps, forget, nrec, nforget = {}, {}, {}, 0, 0
+  end
+  -- The task is done: its record shrinks to `done_record` (or goes, without retention).
+  local function complete(id, done_record)
+    if keep_done then
+      records[nrec + 1] = id
+      records[nrec + 2] = done_record
+      stamps[nrec + 1] = now
+      stamps[nrec + 2] = id
+      nrec = nrec + 2
+    else
+      nforget = nforget + 1
+      forget[nforget] = id
+    end
+  end
+
+  -- The verdict for a token whose record is its claim's: 'C' if the task was still in flight
+  -- (it leaves now), 'L' if not; 'X' for a corrupt record of a task in flight (a stale token
+  -- is stale first, as lease.lua judges).
+  local function finish(id, done_record, reason)
+    if not done_record then
+      if redis.call('ZSCORE', inflight_key, id) then
+        return 'X' .. reason
+      end
+      return 'L'
+    end
+    if redis.call('ZREM', inflight_key, id) == 1 then
+      complete(id, done_record)
+      return 'C'
+    end
+    return 'L'
   end
 
   local seen = {}
-  for k, id in ipairs(ids) do
-    local verdict_at = nout + k
-    local raw, in_flight = raws[k], leases[k]
+  for k = 1, count do
+    local id = ids[k]
+    local raw = raws[k]
     if seen[id] then
       -- The same id earlier in this call: what was read is out of date.
       write()
       raw = redis.call('HGET', tasks_key, id)
-      in_flight = redis.call('ZSCORE', inflight_key, id)
     end
     seen[id] = true
-    local verdict, detail = judge_token(raw, in_flight, ARGV[base + 3 * k - 1], ARGV[base + 3 * k])
-    local done_record
-    if verdict == 'ok' and keep_done then
-      local errlen, err_at = string.match(raw, TAIL_FIELDS, detail)
-      if errlen == '' then
-        -- The header as it is: the payload is all a completed task drops.
-        done_record = string.sub(raw, 1, err_at - 1)
-      else
-        -- It failed before: the done record keeps no error either.
-        local rec, reason = decode_record(raw)
-        if rec then
-          done_record = encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, '', '')
-        else
-          verdict, detail = 'corrupt', reason
-        end
-      end
+    local gen, claim = ARGV[base + 3 * k - 1], ARGV[base + 3 * k]
+    local verdict
+    local rec_gen, rec_claim, errlen, err_at
+    if raw then
+      rec_gen, rec_claim, errlen, err_at = string.match(raw, ACK_FIELDS)
     end
-    if verdict == 'ok' then
-      leave[#leave + 1] = id
-      if keep_done then
-        records[#records + 1] = id
-        records[#records + 1] = done_record
-        stamps[#stamps + 1] = now
-        stamps[#stamps + 1] = id
-      else
-        forget[#forget + 1] = id
-      end
-      out[verdict_at] = 'C'
-    elseif verdict == 'superseded' then
-      if detail and in_flight then
-        leave[#leave + 1] = id
-      end
-      out[verdict_at] = 'S'
-    elseif verdict == 'cancelled' then
-      leave[#leave + 1] = id
-      forget[#forget + 1] = id
-      out[verdict_at] = 'S'
-    elseif verdict == 'stale' then
-      out[verdict_at] = 'L'
+    if rec_gen == gen and rec_claim == claim then
+      -- The common case: the record is this very claim's (a claim number is never 0 and a
+      -- generation never 0 in a token), so the lease holds if the entry is still in flight.
+      verdict = finish(id, done_record_of(raw, errlen, err_at))
     else
-      out[verdict_at] = 'X' .. detail
+      -- Everything else, judged as lease.lua does, with the entry's presence asked only
+      -- where it decides (ZREM again: a verdict that drops the entry drops it there).
+      local judged, detail = judge_token(raw, true, gen, claim)
+      if judged == 'ok' then
+        verdict = finish(id, done_record_of(raw, string.match(raw, TAIL_FIELDS, detail)))
+      elseif judged == 'superseded' then
+        if detail then
+          redis.call('ZREM', inflight_key, id)
+        end
+        verdict = 'S'
+      elseif judged == 'cancelled' then
+        if redis.call('ZREM', inflight_key, id) == 1 then
+          nforget = nforget + 1
+          forget[nforget] = id
+          verdict = 'S'
+        else
+          verdict = 'L'
+        end
+      elseif judged == 'stale' then
+        verdict = 'L'
+      else
+        verdict = 'X' .. detail
+      end
     end
+    out[nout + k] = verdict
   end
   write()
   nout = nout + count

@@ -314,3 +314,33 @@ async fn the_claim_byte_budget_is_shared_but_every_partition_gets_a_task() {
     }
     panic!("only {} of 80 tasks claimed", claimed.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_token_acked_twice_at_once_completes_once() {
+    let (_server, store) = start(true, 8 * 1024 * 1024).await;
+    let queue = QueueName::new("q").expect("queue");
+    store.register_queue(&queue, 2).await.expect("register");
+    let partitions: Vec<Partition> = (0..2)
+        .map(|index| Partition::new(queue.clone(), index))
+        .collect();
+    schedule_everything(&store, &partitions).await;
+    let tokens = claim_everything(&store, &partitions).await;
+    // Every token twice, all at once: they share calls, so a call sees an id twice.
+    let acks = join_all(tokens.iter().chain(&tokens).map(|token| store.ack(token))).await;
+    let (completed, stale) =
+        acks.iter()
+            .fold((0, 0), |(completed, stale), outcome| match outcome {
+                Ok(AckOutcome::Completed) => (completed + 1, stale),
+                Err(StorageError::StaleLease { .. }) => (completed, stale + 1),
+                other => panic!("{other:?}"),
+            });
+    assert_eq!((completed, stale), (tokens.len(), tokens.len()));
+    for partition in &partitions {
+        let stats = store.stats(partition, T0 + 1_000).await.expect("stats");
+        assert_eq!(
+            (stats.inflight, stats.done),
+            (0, PER_PARTITION as u64),
+            "{stats:?}"
+        );
+    }
+}
