@@ -108,7 +108,7 @@ impl RedisConnection {
                 return Ok(reply);
             };
             match repair_for(&error) {
-                Some(repair) if !repaired.contains(&repair) => {
+                Some(repair) if may_repair(&repaired, repair) => {
                     self.repair(call, repair, &error.to_string()).await?;
                     repaired.push(repair);
                 }
@@ -174,7 +174,7 @@ impl RedisConnection {
                 let way = call.way(functions);
                 results[position] = Some(match reply {
                     Value::ServerError(error) => match repair_for(&error) {
-                        Some(repair) if !repaired.contains(&repair) => {
+                        Some(repair) if may_repair(&repaired, repair) => {
                             again.push((position, repair, error.to_string()));
                             continue;
                         }
@@ -206,7 +206,12 @@ impl RedisConnection {
                 }
                 break;
             }
-            repaired.extend(done.iter().map(|(repair, _)| *repair));
+            // One round counts once per kind of repair, however many scripts it loaded.
+            for kind in [Repair::LoadScript, Repair::LoadLibrary, Repair::UseScripts] {
+                if done.iter().any(|(repair, _)| *repair == kind) {
+                    repaired.push(kind);
+                }
+            }
             to_send = again.into_iter().map(|(position, _, _)| position).collect();
         }
         results.into_iter().map(unanswered).collect()
@@ -258,6 +263,15 @@ impl RedisConnection {
             None => self.send(command).await,
         }
     }
+}
+
+/// How often one call may ask for the same repair: a library flushed again between its
+/// reload and the call sent again (or a failover meanwhile) is repaired again, a few times.
+const REPAIRS_PER_KIND: usize = 4;
+
+/// Whether a call that had the repairs `repaired` done may have `repair` done again.
+fn may_repair(repaired: &[Repair], repair: Repair) -> bool {
+    repaired.iter().filter(|done| **done == repair).count() < REPAIRS_PER_KIND
 }
 
 /// A call's result, or the error of a call that somehow got no reply.

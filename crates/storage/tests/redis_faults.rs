@@ -445,7 +445,7 @@ async fn firing_goes_on_while_the_functions_library_is_flushed_again_and_again()
                     .query(&mut connection)
                     .expect("FUNCTION FLUSH");
                 flushes += 1;
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(10));
             }
             flushes
         })
