@@ -27,8 +27,9 @@
 -- or its lease expires. The claim number carries over so the old token is still recognised.
 -- Unless the new due is the running one's scheduled due: that resend of a fire in progress
 -- is 'D' and changes nothing (no second run, no new generation), when dedup is on.
--- Speed: the ids are looked up with one HMGET and new ids (the bulk-load case) are written
--- with one HSET and one ZADD for the whole call; only existing ids take the per-item path.
+-- Speed: the ids of a partition are looked up with one HMGET and new ids (the bulk-load case)
+-- are written with one HSET and one ZADD per partition; a partition's single new item takes
+-- one HSETNX and one ZADD; only existing ids take the per-item path.
 
 local mode = ARGV[1]
 if mode ~= 'upsert' and mode ~= 'if_absent' and mode ~= 'earlier' and mode ~= 'later'
@@ -47,11 +48,25 @@ local out = {}
 local nout = 0
 
 local function schedule_partition(due_key, tasks_key, inflight_key, done_key, dead_key, ticks_key, base, count)
-  local lookup = {}
-  for i = 1, count do
-    lookup[i] = ARGV[base + 3 * i - 2]
+  local found
+  if count == 1 and not tick_mode then
+    -- One item (most often a coalesced single schedule): HSETNX creates a new id's record
+    -- and tells whether there was one, in one command.
+    local id = ARGV[base + 1]
+    if redis.call('HSETNX', tasks_key, id, fresh_header .. ARGV[base + 3]) == 1 then
+      redis.call('ZADD', due_key, ARGV[base + 2], id)
+      nout = nout + 1
+      out[nout] = 'C'
+      return
+    end
+    found = { redis.call('HGET', tasks_key, id) }
+  else
+    local lookup = {}
+    for i = 1, count do
+      lookup[i] = ARGV[base + 3 * i - 2]
+    end
+    found = read_in_chunks('HMGET', tasks_key, lookup)
   end
-  local found = read_in_chunks('HMGET', tasks_key, lookup)
 
   local new_records, new_dues = {}, {}
   local function write_new()
