@@ -431,10 +431,7 @@ async fn dashboard_survives_a_malformed_queue_fragment() {
         ("#x=1&queue=%ZZ&y=2", true),
     ];
     for (index, (fragment, noticed)) in fragments.into_iter().enumerate() {
-        page.goto("about:blank").await.expect("leave the page");
-        page.goto(format!("{}/{fragment}", serve.url))
-            .await
-            .expect("open the dashboard");
+        open_afresh(page, &format!("{}/{fragment}", serve.url)).await;
         // Not blank: the queues are listed, the first one selected as with no fragment.
         wait_for(
             page,
@@ -492,10 +489,7 @@ async fn dashboard_survives_a_malformed_queue_fragment() {
     }
 
     // A fragment naming a queue that exists still selects it.
-    page.goto("about:blank").await.expect("leave the page");
-    page.goto(format!("{}/#queue=beta", serve.url))
-        .await
-        .expect("open the dashboard");
+    open_afresh(page, &format!("{}/#queue=beta", serve.url)).await;
     wait_for(
         page,
         "beta selected",
@@ -565,6 +559,16 @@ async fn dashboard_works_behind_a_proxy_that_strips_a_path_prefix() {
     assert!(proxy.forwarded.load(Ordering::Relaxed) > 10);
     browser.finish(&[]).await;
     drop(serve);
+}
+
+/// Leaves the page, then opens `url`: a fresh load even when only the fragment differs.
+/// A navigation that times out (a CI run on a loaded machine saw one) is tried once more.
+async fn open_afresh(page: &Page, url: &str) {
+    page.goto("about:blank").await.expect("leave the page");
+    if let Err(error) = page.goto(url).await {
+        eprintln!("opening {url} failed ({error}); trying once more");
+        page.goto(url).await.expect("open the dashboard");
+    }
 }
 
 /// Waits for two more refreshes of the page (its `updated` time changes twice).

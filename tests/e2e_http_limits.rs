@@ -8,10 +8,9 @@ mod common;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{delayq_command, http_call, logged_http_url, wait_until, Env, NodeProcess, DELAYQ};
+use common::{http_call, logged_http_url, wait_until, Env, NodeProcess};
 
 /// Starts `delayq node --listen 127.0.0.1:0 ARGS` and returns it with its `ADDR` (no scheme).
 fn node_with_http(env: &Env, args: &[&str]) -> (NodeProcess, String) {
@@ -230,37 +229,8 @@ fn four_hundred_silent_sockets_under_ulimit_256_do_not_stop_the_node() {
     let ran = env.dir.path().join("ran");
     std::fs::create_dir_all(&ran).expect("the ran directory");
     let script = format!("touch {}/\"$DELAYQ_ID\"", ran.display());
-    // The node under `ulimit -n 256`, through sh (no unsafe pre_exec in the tests).
-    let mut command = Command::new("sh");
-    command
-        .current_dir(env.dir.path())
-        .arg("-c")
-        .arg("ulimit -n 256 && exec \"$0\" \"$@\"")
-        .arg(DELAYQ)
-        .arg("--config")
-        .arg(&env.config)
-        .args([
-            "node",
-            "--listen",
-            "127.0.0.1:0",
-            "--handler",
-            "exec",
-            "--",
-            "sh",
-            "-c",
-        ])
-        .arg(&script);
-    for (name, value) in delayq_command(env.dir.path()).get_envs() {
-        match value {
-            Some(value) => command.env(name, value),
-            None => command.env_remove(name),
-        };
-    }
-    let node = NodeProcess::spawn("limited", command);
-    node.wait_for_stderr("url=http://", Duration::from_secs(30));
-    let url = logged_http_url(&node.stderr_text()).expect("the logged URL");
+    let (node, url) = env.spawn_exec_node_with_open_files("limited", 256, &script);
     let addr = url.trim_start_matches("http://").to_owned();
-    env.wait_for_members(1);
     assert!(
         node.stderr_text().contains("http.max_connections lowered"),
         "the limit is kept to half of 256 open files: {}",

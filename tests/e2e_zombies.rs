@@ -183,6 +183,63 @@ impl Cluster {
         now_ms()
     }
 
+    /// Applies `fault` to node `index` (described as `what` in the log) until the others
+    /// removed it and its handlers' leases ran out (TTL + lease + 1 s), then `heal`s it and
+    /// waits up to `rejoin` for it to be a member again. Returns when the fault began and
+    /// when it was healed.
+    fn fault_node_past_its_lease(
+        &self,
+        index: usize,
+        what: &str,
+        fault: impl FnOnce(),
+        heal: impl FnOnce(),
+        rejoin: Duration,
+    ) -> (u64, u64) {
+        let fault_ms = now_ms();
+        fault();
+        // The others remove it after the TTL and take its partitions; the fault lasts past
+        // the lease of the handlers it was running, so those run again elsewhere.
+        let removed_ms = self.wait_for_membership(index, false, Duration::from_secs(15));
+        eprintln!("{what} node removed after {} ms", removed_ms - fault_ms);
+        let hold_until = Instant::now()
+            + Duration::from_millis(
+                (fault_ms + TTL_MS + LEASE_MS + 1_000).saturating_sub(now_ms()),
+            );
+        while Instant::now() < hold_until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let healed_ms = now_ms();
+        heal();
+        let back_ms = self.wait_for_membership(index, true, rejoin);
+        eprintln!(
+            "{what} node is a member again after {} ms",
+            back_ms - healed_ms
+        );
+        (fault_ms, healed_ms)
+    }
+
+    /// Waits until every task of `ids` settled, then checks the runs against node `index`'s
+    /// fault (see [`check_runs`]); returns the tasks that ran twice.
+    fn settle_and_check_runs(
+        &self,
+        index: usize,
+        ids: &[String],
+        fault_ms: u64,
+        healed_ms: u64,
+        handler_ms: u64,
+    ) -> Vec<String> {
+        self.env
+            .wait_until_settled(QUEUE, ids.len() as u64, Duration::from_secs(40));
+        check_runs(
+            &self.runs(),
+            ids,
+            &self.ids[index],
+            fault_ms,
+            healed_ms,
+            handler_ms,
+        )
+    }
+
     fn stderr(&self) -> String {
         self.nodes
             .iter()
@@ -314,36 +371,14 @@ fn a_node_stopped_longer_than_the_ttl_comes_back_without_firing_anything_twice_b
 
     cluster.wait_until_running_on(1, 1);
     let stopped = cluster.nodes[1].as_ref().expect("node 1");
-    let fault_ms = now_ms();
-    signal(stopped, "-STOP");
-    // The others remove it after the TTL and take its partitions; it stays stopped past the
-    // lease of the handlers it was running, so those run again elsewhere.
-    let removed_ms = cluster.wait_for_membership(1, false, Duration::from_secs(15));
-    eprintln!("stopped node removed after {} ms", removed_ms - fault_ms);
-    let hold_until = Instant::now()
-        + Duration::from_millis((fault_ms + TTL_MS + LEASE_MS + 1_000).saturating_sub(now_ms()));
-    while Instant::now() < hold_until {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let healed_ms = now_ms();
-    signal(stopped, "-CONT");
-    let back_ms = cluster.wait_for_membership(1, true, Duration::from_secs(15));
-    eprintln!(
-        "continued node is a member again after {} ms",
-        back_ms - healed_ms
+    let (fault_ms, healed_ms) = cluster.fault_node_past_its_lease(
+        1,
+        "stopped",
+        || signal(stopped, "-STOP"),
+        || signal(stopped, "-CONT"),
+        Duration::from_secs(15),
     );
-
-    cluster
-        .env
-        .wait_until_settled(QUEUE, count as u64, Duration::from_secs(40));
-    let repeated = check_runs(
-        &cluster.runs(),
-        &ids,
-        &cluster.ids[1],
-        fault_ms,
-        healed_ms,
-        handler_ms,
-    );
+    let repeated = cluster.settle_and_check_runs(1, &ids, fault_ms, healed_ms, handler_ms);
     eprintln!("ran twice (were running on the stopped node): {repeated:?}");
     assert!(
         !repeated.is_empty(),
@@ -363,34 +398,14 @@ fn a_node_cut_off_from_redis_by_silence_comes_back_without_firing_anything_twice
     load_tasks(&cluster.env, QUEUE, &lines, count as u64);
 
     cluster.wait_until_running_on(1, 1);
-    let fault_ms = now_ms();
-    proxy.blackhole();
-    let removed_ms = cluster.wait_for_membership(1, false, Duration::from_secs(15));
-    eprintln!("cut-off node removed after {} ms", removed_ms - fault_ms);
-    let hold_until = Instant::now()
-        + Duration::from_millis((fault_ms + TTL_MS + LEASE_MS + 1_000).saturating_sub(now_ms()));
-    while Instant::now() < hold_until {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let healed_ms = now_ms();
-    proxy.pass();
-    let back_ms = cluster.wait_for_membership(1, true, Duration::from_secs(20));
-    eprintln!(
-        "healed node is a member again after {} ms",
-        back_ms - healed_ms
+    let (fault_ms, healed_ms) = cluster.fault_node_past_its_lease(
+        1,
+        "cut-off",
+        || proxy.blackhole(),
+        || proxy.pass(),
+        Duration::from_secs(20),
     );
-
-    cluster
-        .env
-        .wait_until_settled(QUEUE, count as u64, Duration::from_secs(40));
-    let repeated = check_runs(
-        &cluster.runs(),
-        &ids,
-        &cluster.ids[1],
-        fault_ms,
-        healed_ms,
-        handler_ms,
-    );
+    let repeated = cluster.settle_and_check_runs(1, &ids, fault_ms, healed_ms, handler_ms);
     eprintln!("ran twice (were running on the cut-off node): {repeated:?}");
     affected_node_fires_again(&cluster, 1, count);
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use delayq_engine::config::Config;
-use delayq_engine::{HandlerFuture, Scheduler, Task};
+use delayq_engine::Scheduler;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use super::error::{CliError, CliResult};
@@ -77,10 +77,10 @@ pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
     let mut signals = Signals::new()?;
     let mut builder = Scheduler::builder(config);
     if args.queues.is_empty() {
-        builder = builder.default_handler(serve(handler));
+        builder = builder.default_handler(handler);
     } else {
         for queue in &args.queues {
-            builder = builder.handler(queue, serve(handler.clone()));
+            builder = builder.handler(queue, handler.clone());
         }
     }
     let scheduler = tokio::select! {
@@ -141,11 +141,6 @@ fn build_handler(args: &NodeArgs) -> CliResult<NodeHandler> {
             NodeHandler::Http(Arc::new(HttpHandler::new(url).map_err(CliError::Usage)?))
         }
     })
-}
-
-/// The handler as the engine takes it.
-fn serve(handler: NodeHandler) -> impl Fn(Task) -> HandlerFuture + Send + Sync + 'static {
-    move |task: Task| -> HandlerFuture { Box::pin(handler.clone().run(task)) }
 }
 
 /// The error that ends the node at once after a signal (exit status 130).

@@ -104,6 +104,58 @@ impl Env {
         NodeProcess::spawn(label, command)
     }
 
+    /// Starts `delayq node args...` under `ulimit -n open_files` (through `sh`, so no
+    /// `pre_exec` in the tests) and waits until it runs.
+    pub fn spawn_node_with_open_files(
+        &self,
+        label: &str,
+        open_files: u32,
+        args: &[&str],
+    ) -> NodeProcess {
+        let mut command = Command::new("sh");
+        command
+            .current_dir(self.dir.path())
+            .arg("-c")
+            .arg(format!("ulimit -n {open_files} && exec \"$0\" \"$@\""))
+            .arg(DELAYQ)
+            .arg("--config")
+            .arg(&self.config)
+            .arg("node")
+            .args(args);
+        for (name, value) in delayq_command(self.dir.path()).get_envs() {
+            match value {
+                Some(value) => command.env(name, value),
+                None => command.env_remove(name),
+            };
+        }
+        NodeProcess::spawn(label, command)
+    }
+
+    /// Starts `delayq node --listen 127.0.0.1:0 --handler exec -- sh -c SCRIPT` under
+    /// `ulimit -n open_files`, waits until it is a member, and returns it with its HTTP URL.
+    pub fn spawn_exec_node_with_open_files(
+        &self,
+        label: &str,
+        open_files: u32,
+        script: &str,
+    ) -> (NodeProcess, String) {
+        let args = [
+            "--listen",
+            "127.0.0.1:0",
+            "--handler",
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ];
+        let node = self.spawn_node_with_open_files(label, open_files, &args);
+        node.wait_for_stderr("url=http://", Duration::from_secs(30));
+        let url = logged_http_url(&node.stderr_text()).expect("the logged URL");
+        self.wait_for_members(1);
+        (node, url)
+    }
+
     /// Starts `count` `delayq node` processes (`node-0`, ...) whose fires go to `fires`, and
     /// waits until all of them are members.
     pub fn start_nodes(&self, count: usize, fires: &FireLog) -> Vec<NodeProcess> {

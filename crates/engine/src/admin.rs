@@ -9,11 +9,13 @@
 //! N. The payloads come whole; the HTTP API and the command line cut them to a preview.
 
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
 
 use bytes::Bytes;
 use delayq_coordinator::NodeInfo;
 use delayq_storage::{
-    partition_of, DeadTask, Partition, QueueName, ScheduleOutcome, TaskId, TaskState, MAX_DUE_MS,
+    partition_of, DeadTask, Partition, QueueName, ScheduleOutcome, StorageError, StorageResult,
+    TaskId, TaskState, MAX_DUE_MS,
 };
 use futures::stream::{self, StreamExt, TryStreamExt};
 
@@ -91,43 +93,28 @@ impl Scheduler {
             return Ok(Vec::new());
         };
         let store = self.store();
-        let mut entries: Vec<(u64, u32, TaskId)> = stream::iter(0..partitions)
-            .map(|index| {
-                let store = store.clone();
-                let partition = Partition::new(queue.clone(), index);
-                async move {
-                    let peeked = store.peek_window(&partition, 0, MAX_DUE_MS, limit).await?;
-                    Ok::<_, delayq_storage::StorageError>(
-                        peeked
-                            .into_iter()
-                            .map(|(id, due_ms)| (due_ms, index, id))
-                            .collect::<Vec<_>>(),
-                    )
-                }
-            })
-            .buffer_unordered(READ_CONCURRENCY)
-            .try_concat()
-            .await?;
-        entries.sort();
-        entries.truncate(limit);
+        let entries = first_entries(&queue, partitions, limit, |partition| {
+            let store = store.clone();
+            async move { store.peek_window(&partition, 0, MAX_DUE_MS, limit).await }
+        })
+        .await?;
         let details: Vec<Option<PendingTask>> = stream::iter(entries)
-            .map(|(_, index, id)| {
+            .map(|(_, id, index)| {
                 let store = store.clone();
                 let partition = Partition::new(queue.clone(), index);
                 async move {
                     let info = store.get(&partition, &id).await?;
                     // Claimed or cancelled since the listing: no longer pending.
-                    Ok::<_, delayq_storage::StorageError>(
-                        info.filter(|info| info.state == TaskState::Pending)
-                            .map(|info| PendingTask {
-                                id: info.id.as_str().to_owned(),
-                                due_ms: info.due_ms,
-                                attempt: info.attempt,
-                                generation: info.generation,
-                                payload: info.payload,
-                                last_error: info.last_error,
-                            }),
-                    )
+                    Ok::<_, StorageError>(info.filter(|info| info.state == TaskState::Pending).map(
+                        |info| PendingTask {
+                            id: info.id.as_str().to_owned(),
+                            due_ms: info.due_ms,
+                            attempt: info.attempt,
+                            generation: info.generation,
+                            payload: info.payload,
+                            last_error: info.last_error,
+                        },
+                    ))
                 }
             })
             .buffered(READ_CONCURRENCY)
@@ -150,25 +137,11 @@ impl Scheduler {
             return Ok(Vec::new());
         };
         let store = self.store();
-        let mut entries: Vec<(u64, TaskId, u32)> = stream::iter(0..partitions)
-            .map(|index| {
-                let store = store.clone();
-                let partition = Partition::new(queue.clone(), index);
-                async move {
-                    let peeked = store.peek_dead(&partition, limit).await?;
-                    Ok::<_, delayq_storage::StorageError>(
-                        peeked
-                            .into_iter()
-                            .map(|(id, failed_ms)| (failed_ms, id, index))
-                            .collect::<Vec<_>>(),
-                    )
-                }
-            })
-            .buffer_unordered(READ_CONCURRENCY)
-            .try_concat()
-            .await?;
-        entries.sort();
-        entries.truncate(limit);
+        let entries = first_entries(&queue, partitions, limit, |partition| {
+            let store = store.clone();
+            async move { store.peek_dead(&partition, limit).await }
+        })
+        .await?;
         // The ids kept from a partition are its oldest: its first `ids.len()` dead letters,
         // unless some were retried or purged since (then the ones after them are not kept).
         let mut shown: BTreeMap<u32, HashSet<TaskId>> = BTreeMap::new();
@@ -181,7 +154,7 @@ impl Scheduler {
                 let partition = Partition::new(queue.clone(), index);
                 async move {
                     let listed = store.list_dead(&partition, ids.len()).await?;
-                    Ok::<_, delayq_storage::StorageError>(
+                    Ok::<_, StorageError>(
                         listed
                             .into_iter()
                             .filter(|task| ids.contains(&task.id))
@@ -326,6 +299,40 @@ impl Scheduler {
         };
         Ok(Some(Partition::new(queue, partition_of(&id, partitions))))
     }
+}
+
+/// The first `limit` entries of `queue` over its `partitions`, by score (due or failure time),
+/// then id, then partition: `peek` reads each partition's first `limit` `(id, score)` pairs
+/// ([`READ_CONCURRENCY`] partitions at once), and the merge keeps the first `limit` overall.
+async fn first_entries<Peek, Read>(
+    queue: &QueueName,
+    partitions: u32,
+    limit: usize,
+    peek: Peek,
+) -> EngineResult<Vec<(u64, TaskId, u32)>>
+where
+    Peek: Fn(Partition) -> Read,
+    Read: Future<Output = StorageResult<Vec<(TaskId, u64)>>>,
+{
+    let mut entries: Vec<(u64, TaskId, u32)> = stream::iter(0..partitions)
+        .map(|index| {
+            let read = peek(Partition::new(queue.clone(), index));
+            async move {
+                let peeked = read.await?;
+                Ok::<_, StorageError>(
+                    peeked
+                        .into_iter()
+                        .map(|(id, score)| (score, id, index))
+                        .collect::<Vec<_>>(),
+                )
+            }
+        })
+        .buffer_unordered(READ_CONCURRENCY)
+        .try_concat()
+        .await?;
+    entries.sort();
+    entries.truncate(limit);
+    Ok(entries)
 }
 
 /// `limit` when it is in 1..=[`MAX_LIST_LIMIT`], else [`EngineError::InvalidLimit`] naming it

@@ -203,6 +203,7 @@ impl SchedulerBuilder {
         };
         let runtime = Arc::new(Runtime {
             timer: DueTimer::new(config.engine.max_prefetched),
+            running_slots: Arc::new(tokio::sync::Semaphore::new(config.node.max_running)),
             clock: coordinator.clock(),
             config,
             store,

@@ -6,8 +6,62 @@ use std::pin::Pin;
 use crate::task::Task;
 
 /// The error a handler returns: anything that can be shown. The text is kept as the task's
-/// last error; the attempt is retried with backoff or dead-lettered.
+/// last error; the attempt is retried with backoff or dead-lettered, unless the error is (or
+/// is caused by) a [`ResourceExhausted`].
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The error a handler returns when the *node*, not the task, failed: a resource needed to
+/// start the handler ran out (open files, processes, memory: `EMFILE`, `ENFILE`, `EAGAIN`,
+/// `ENOMEM` when spawning a command). The task is put back, due again after about a second
+/// ([`RESOURCE_RETRY_DELAY`] plus up to a quarter of it at random), *without* spending an
+/// attempt, so no task is dead-lettered because of the node. Each one is counted in
+/// `delayq_handler_resource_failures_total{queue}` and warned about at most once per 10 s.
+///
+/// The engine recognises it anywhere in the error's `source()` chain. `delayq node --handler
+/// exec` returns it when the command cannot be spawned for one of those reasons; other spawn
+/// errors (`ENOENT`, `EACCES`) stay ordinary failures.
+///
+/// ```
+/// use delayq_engine::{HandlerError, ResourceExhausted, Task};
+///
+/// async fn handle(task: Task) -> Result<(), HandlerError> {
+///     let file = std::fs::File::open("/dev/null").map_err(|error| -> HandlerError {
+///         if error.raw_os_error() == Some(24) {
+///             // EMFILE on Linux: try again later, the attempt is not spent.
+///             Box::new(ResourceExhausted::new(format!("opening a file: {error}")))
+///         } else {
+///             Box::new(error)
+///         }
+///     })?;
+///     drop((task, file));
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct ResourceExhausted {
+    reason: String,
+}
+
+impl ResourceExhausted {
+    /// The error, with what ran out (kept as the task's last error).
+    pub fn new(reason: impl Into<String>) -> Self {
+        ResourceExhausted {
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether `error` is a [`ResourceExhausted`] or has one among its sources.
+    pub fn is_cause_of(error: &(dyn std::error::Error + 'static)) -> bool {
+        std::iter::successors(Some(error), |error| error.source())
+            .any(|error| error.is::<ResourceExhausted>())
+    }
+}
+
+/// How long a task whose handler could not start for lack of resources waits before it is
+/// due again (plus up to a quarter of it at random, so that the tasks put back together do
+/// not all come back in the same millisecond).
+pub const RESOURCE_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A boxed handler future.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), HandlerError>> + Send + 'static>>;

@@ -30,11 +30,11 @@ use std::time::Duration;
 
 use delayq_storage::{ClaimBatch, LookRequest, Partition, MAX_DUE_MS};
 use rand::Rng;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch;
+use crate::dispatch::{self, Slots};
 use crate::health::RetryBackoff;
 use crate::runtime::{QueueRuntime, Runtime};
 
@@ -230,7 +230,7 @@ impl Serving {
             }
             Err(error) => {
                 runtime.health.failed("peek_window", &error);
-                self.next_look = Instant::now() + engine.pull_period;
+                self.plan_next_look(engine.pull_period);
                 return true;
             }
         };
@@ -238,8 +238,7 @@ impl Serving {
             return false;
         }
         self.idle_looks += 1;
-        self.next_look = Instant::now() + self.idle_delay(now, head);
-        self.replan();
+        self.plan_next_look(self.idle_delay(now, head));
         true
     }
 
@@ -288,7 +287,7 @@ impl Serving {
             Err(error) => {
                 runtime.health.failed("look", &error);
                 self.quiet_looks = 0;
-                self.next_look = Instant::now() + engine.pull_period;
+                self.plan_next_look(engine.pull_period);
                 return;
             }
         };
@@ -315,6 +314,11 @@ impl Serving {
             self.idle_looks = 0;
             engine.pull_period
         };
+        self.plan_next_look(delay);
+    }
+
+    /// The next look comes after `delay`, or sooner if [`PartitionWorker::expect`] asked.
+    fn plan_next_look(&mut self, delay: Duration) {
         self.next_look = Instant::now() + delay;
         self.replan();
     }
@@ -326,27 +330,26 @@ impl Serving {
         let batch_limit = runtime.config.engine.claim_batch.max(1);
         let lease = runtime.config.engine.lease.as_millis() as u64;
         loop {
-            let permits = match self.acquire_slots(batch_limit).await {
-                Ok(permits) => permits,
+            let mut slots = match self.acquire_slots(batch_limit).await {
+                Ok(slots) => slots,
                 Err(ended) => return ended,
             };
-            let mut wanted = permits.num_permits();
+            let mut wanted = slots.queue.num_permits();
             let queue_name = &self.queue.name;
             // The cluster-wide limits: a slot of `global_concurrency` per task, a token of
             // `rate_limit` per task. Without one, the tasks wait (pending, in due order).
-            let global = match &self.queue.limits.global {
-                Some(global) => match global.acquire(&runtime, queue_name, wanted).await {
+            if let Some(global) = &self.queue.limits.global {
+                match global.acquire(&runtime, queue_name, wanted).await {
                     Ok(granted) => {
                         wanted = granted.num_permits();
-                        Some(granted)
+                        slots.global = Some(granted);
                     }
                     Err(retry_at) => {
                         runtime.timer.insert(retry_at, self.partition.clone());
                         return ClaimsEnded::Drained;
                     }
-                },
-                None => None,
-            };
+                }
+            }
             let tokens = match &self.queue.limits.rate {
                 Some(rate) => match rate.take(&runtime, queue_name, wanted as u64).await {
                     Ok(tokens) => {
@@ -387,7 +390,7 @@ impl Serving {
                         // The claim may have run with its reply lost: fetch its tasks again
                         // before this partition is claimed anew (which replaces the receipt).
                         if let Some(batch) = self.recover_lost_claim(lease_deadline).await {
-                            self.dispatch(batch, permits, global);
+                            self.dispatch(batch, slots);
                         }
                     }
                     return ClaimsEnded::Drained;
@@ -407,7 +410,7 @@ impl Serving {
             }
             let got = batch.tasks.len() + batch.dead_lettered.len();
             let next_due_ms = batch.next_due_ms;
-            self.dispatch(batch, permits, global);
+            self.dispatch(batch, slots);
             if got < wanted {
                 if let Some(next) = next_due_ms {
                     runtime.timer.insert(next, self.partition.clone());
@@ -420,31 +423,15 @@ impl Serving {
         }
     }
 
-    /// Runs the claimed tasks, one handler slot each (and one global slot each when the
-    /// queue has `global_concurrency`); the slots left over are released.
-    fn dispatch(
-        &self,
-        batch: ClaimBatch,
-        mut permits: OwnedSemaphorePermit,
-        mut global: Option<OwnedSemaphorePermit>,
-    ) {
+    /// Runs the claimed tasks, one slot of the queue and one of the node each (and one
+    /// global slot each when the queue has `global_concurrency`); the slots left over are
+    /// released.
+    fn dispatch(&self, batch: ClaimBatch, mut slots: Slots) {
         for task in batch.tasks {
-            let Some(slot) = permits.split(1) else {
+            let Some(task_slots) = slots.split_one() else {
                 break;
             };
-            let global_slot = match global.as_mut() {
-                // Never more tasks than slots (the claim asked for as many); should that ever
-                // change, a task runs rather than waits a lease in flight.
-                Some(global) => global.split(1),
-                None => None,
-            };
-            dispatch::spawn_execution(
-                self.runtime.clone(),
-                self.queue.clone(),
-                task,
-                slot,
-                global_slot,
-            );
+            dispatch::spawn_execution(self.runtime.clone(), self.queue.clone(), task, task_slots);
         }
     }
 
@@ -488,13 +475,37 @@ impl Serving {
         }
     }
 
-    /// Takes up to `limit` free handler slots of the queue, at least one. When none was
-    /// free, it waits for one and then gathers more for a moment: on a saturated queue slots
-    /// free up one by one, and claiming one task per round trip would waste the batch. The
-    /// wait ends early when the worker stops or its next look is due (a saturated queue
-    /// still sweeps its expired leases on time).
-    async fn acquire_slots(&self, limit: usize) -> Result<OwnedSemaphorePermit, ClaimsEnded> {
-        let slots = self.queue.slots.clone();
+    /// Takes up to `limit` free handler slots of the queue, at least one, then as many of the
+    /// node's (`node.max_running`, at least one; the queue's beyond those go back). The
+    /// queue's come first: a claimer waiting for the node holds only its own queue's slots,
+    /// never the node's that other queues wait for.
+    async fn acquire_slots(&self, limit: usize) -> Result<Slots, ClaimsEnded> {
+        let mut queue = self.gather(&self.queue.slots, limit).await?;
+        let node = self
+            .gather(&self.runtime.running_slots, queue.num_permits())
+            .await?;
+        let extra = queue.num_permits() - node.num_permits();
+        if extra > 0 {
+            drop(queue.split(extra));
+        }
+        Ok(Slots {
+            queue,
+            node,
+            global: None,
+        })
+    }
+
+    /// Takes up to `limit` free slots of `slots`, at least one. When none was free, it waits
+    /// for one and then gathers more for a moment: on a saturated queue (or node) slots free
+    /// up one by one, and claiming one task per round trip would waste the batch. The wait
+    /// ends early when the worker stops or its next look is due (a saturated queue still
+    /// sweeps its expired leases on time).
+    async fn gather(
+        &self,
+        slots: &Arc<Semaphore>,
+        limit: usize,
+    ) -> Result<OwnedSemaphorePermit, ClaimsEnded> {
+        let slots = slots.clone();
         let had_free = slots.available_permits() > 0;
         let mut permits = tokio::select! {
             biased;
@@ -512,7 +523,7 @@ impl Serving {
 }
 
 /// Adds free slots to `permits` up to `limit` in all, without waiting.
-fn top_up(slots: &Arc<tokio::sync::Semaphore>, permits: &mut OwnedSemaphorePermit, limit: usize) {
+fn top_up(slots: &Arc<Semaphore>, permits: &mut OwnedSemaphorePermit, limit: usize) {
     let more = slots
         .available_permits()
         .min(limit.saturating_sub(permits.num_permits()));

@@ -1,16 +1,16 @@
 //! The node's shared state and its long-running loops: the timer, wake-ups and ownership.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dashmap::DashMap;
 use delayq_coordinator::{owned_partitions, ClusterClock, Coordinator, Membership};
 use delayq_storage::{LeaseToken, Partition, QueueName, TaskStore};
+use futures::future::AbortHandle;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Semaphore};
-use tokio::task::AbortHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -35,6 +35,8 @@ pub(crate) struct QueueRuntime {
     pub(crate) settling: Arc<Semaphore>,
     /// The cluster-wide limits (`rate_limit`, `global_concurrency`).
     pub(crate) limits: crate::limits::QueueLimits,
+    /// The metrics each fire updates.
+    pub(crate) metrics: crate::queue_metrics::QueueMetrics,
 }
 
 /// What partition ownership is computed from: when none of it changed, neither did the
@@ -54,6 +56,8 @@ pub(crate) struct RunningTask {
     pub(crate) abort: AbortHandle,
     /// Aborts the lease renewal.
     pub(crate) renewal: AbortHandle,
+    /// Set once the handler returned (or was stopped).
+    pub(crate) finished: Arc<AtomicBool>,
 }
 
 /// Everything a node's loops share.
@@ -74,6 +78,9 @@ pub(crate) struct Runtime {
     pub(crate) partition_counts: DashMap<String, u32>,
     /// The partitions this node owns now.
     pub(crate) workers: Mutex<HashMap<Partition, Arc<PartitionWorker>>>,
+    /// Handlers running at once on this node over all its queues (`node.max_running`): what
+    /// claims wait for after their queue's slots.
+    pub(crate) running_slots: Arc<Semaphore>,
     /// Handler executions not settled yet, by run number.
     pub(crate) running: Mutex<HashMap<u64, RunningTask>>,
     pub(crate) next_run: AtomicU64,
@@ -179,6 +186,7 @@ impl Runtime {
             slots: Arc::new(Semaphore::new(settings.concurrency)),
             settling: Arc::new(Semaphore::new(settings.concurrency.saturating_mul(4))),
             limits: crate::limits::QueueLimits::of(&settings),
+            metrics: crate::queue_metrics::QueueMetrics::of(name),
             settings,
             handler,
         });

@@ -420,7 +420,7 @@ impl Scheduler {
             let mut running = runtime.running.lock();
             let unfinished: Vec<u64> = running
                 .iter()
-                .filter(|(_, task)| !task.abort.is_finished())
+                .filter(|(_, task)| !task.finished.load(std::sync::atomic::Ordering::Acquire))
                 .map(|(run, _)| *run)
                 .collect();
             unfinished

@@ -226,13 +226,20 @@ async fn rate_limit_bounds_the_fires_per_window_across_nodes(backend: TestBacken
         *per_window.entry(firing.fired_ms / 500).or_insert(0) += 1;
     }
     // Tokens are taken per window of the cluster clock before the claim, and a task whose
-    // token came late in one window may fire (be stamped) just after its end: so any two
-    // consecutive windows hold at most twice the limit, and no window more than that.
+    // token came late in one window may fire (be stamped) in a later one: so the fires up
+    // to the end of any window are at most the tokens of the windows so far, counting the
+    // window before the first fire (its tokens may fire only in the next), and no window
+    // holds more than its own tokens and those of the one before. (A CI run counted 24, 66,
+    // 50, 50, 40, 49, 21: 16 of the first window's tokens fired in the second.)
     let counts: Vec<usize> = per_window.values().copied().collect();
-    assert!(
-        counts.windows(2).all(|pair| pair[0] + pair[1] <= 100) && counts.iter().all(|&c| c <= 100),
-        "at most 50 per 500 ms window (one window's tokens may fire in the next): {per_window:?}"
-    );
+    let mut fired_so_far = 0;
+    for (index, &count) in counts.iter().enumerate() {
+        fired_so_far += count;
+        assert!(
+            fired_so_far <= 50 * (index + 2) && count <= 100,
+            "at most 50 tokens per 500 ms window: {per_window:?}"
+        );
+    }
     let first = firings.iter().map(|f| f.fired_ms).min().unwrap_or(0);
     let last = firings.iter().map(|f| f.fired_ms).max().unwrap_or(0);
     // 300 at 50 per 500 ms: six windows, so at least 2.5 s from the first fire to the last.

@@ -23,6 +23,20 @@ const QUEUE: &str = "idle";
 const PARTITIONS: u32 = 8;
 const IDLE: Duration = Duration::from_secs(2);
 
+/// Schedules `id` due at `due_ms` straight in the store, without the wake-up the engine's
+/// own `schedule` sends: only the owner's looks can find it.
+async fn write_behind_the_engine(store: &RecordingStore, id: &str, due_ms: u64) {
+    let task = NewTask {
+        id: TaskId::new(id).expect("id"),
+        due_ms,
+        payload: Bytes::new(),
+    };
+    store
+        .schedule(&partition(id), task, ScheduleMode::Upsert)
+        .await
+        .expect("written to the store");
+}
+
 fn idle_config() -> Config {
     let mut config = fast_config();
     config.queue_defaults.partitions = PARTITIONS;
@@ -156,15 +170,7 @@ async fn a_lost_wakeup_is_caught_by_the_next_idle_look(backend: TestBackend) {
     let owner = node(&backend, &config, &store, &recorder).await;
     quiet_queue(&owner, &store).await;
     let due = owner.now_ms() + 200;
-    let task = NewTask {
-        id: TaskId::new("unannounced").expect("id"),
-        due_ms: due,
-        payload: Bytes::new(),
-    };
-    store
-        .schedule(&partition("unannounced"), task, ScheduleMode::Upsert)
-        .await
-        .expect("written to the store");
+    write_behind_the_engine(&store, "unannounced", due).await;
     let bound = IDLE.mul_f64(1.5) + Duration::from_millis(100);
     wait_until(
         bound + Duration::from_secs(2),
@@ -204,15 +210,7 @@ async fn a_task_due_after_several_idle_periods_fires_on_time() {
     quiet_queue(&owner, &store).await;
     // Written straight to the store: only the owner's looks can find it.
     let due = owner.now_ms() + 7_000;
-    let task = NewTask {
-        id: TaskId::new("long-ago").expect("id"),
-        due_ms: due,
-        payload: Bytes::new(),
-    };
-    store
-        .schedule(&partition("long-ago"), task, ScheduleMode::Upsert)
-        .await
-        .expect("written to the store");
+    write_behind_the_engine(&store, "long-ago", due).await;
     wait_until(Duration::from_secs(12), "the task fired", || {
         recorder.len() == 1
     })

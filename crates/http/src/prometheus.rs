@@ -48,6 +48,7 @@ pub const METRIC_NAMES: &[&str] = &[
     "delayq_lease_expired_total",
     "delayq_redis_errors_total",
     "delayq_writes_unconfirmed_total",
+    "delayq_handler_resource_failures_total",
     "delayq_recurring_ticks_total",
     "delayq_recurring_schedules",
     "delayq_queue_paused",
@@ -159,6 +160,11 @@ fn describe() {
         "In-flight tasks taken back after their lease ran out"
     );
     describe_counter!("delayq_redis_errors_total", "Failed calls to Redis");
+    describe_counter!(
+        "delayq_handler_resource_failures_total",
+        "Handlers that could not start for lack of the node's resources (open files, processes, \
+         memory), by queue; their tasks were put back without spending an attempt"
+    );
     describe_counter!(
         "delayq_writes_unconfirmed_total",
         "Firing-path writes (acks) applied on the Redis master but not confirmed by \

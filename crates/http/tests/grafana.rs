@@ -81,6 +81,7 @@ fn the_metric_names_are_those_of_the_design() {
             "delayq_lease_expired_total",
             "delayq_redis_errors_total",
             "delayq_writes_unconfirmed_total",
+            "delayq_handler_resource_failures_total",
             "delayq_recurring_ticks_total",
             "delayq_recurring_schedules",
             "delayq_queue_paused",

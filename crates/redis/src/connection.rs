@@ -45,7 +45,8 @@ pub struct RedisConnection {
 pub(crate) enum Backend {
     Standalone {
         manager: ConnectionManager,
-        client: Box<Client>,
+        /// Shared: a store clones its connections for every call it hands to a batch.
+        client: Arc<Client>,
     },
     Cluster(ClusterConnection),
     Sentinel(SentinelMaster),
@@ -222,7 +223,7 @@ impl RedisConnection {
     /// (current) master otherwise. See [`Subscriber`].
     pub async fn subscriber(&self) -> Result<Subscriber> {
         let source = match &self.backend {
-            Backend::Standalone { client, .. } => Source::Server(client.clone()),
+            Backend::Standalone { client, .. } => Source::Server(Box::new(Client::clone(client))),
             Backend::Sentinel(master) => Source::Sentinel(master.clone()),
             Backend::Cluster(_) => {
                 let (pushes_tx, pushes) = tokio::sync::mpsc::unbounded_channel();
@@ -401,7 +402,7 @@ async fn connect_backend(shared: &Shared) -> RedisResult<Backend> {
             let manager = ConnectionManager::new_with_config(client.clone(), config).await?;
             Ok(Backend::Standalone {
                 manager,
-                client: Box::new(client),
+                client: Arc::new(client),
             })
         }
         Topology::Cluster { .. } => {

@@ -14,8 +14,9 @@
 -- ARGV[5k+2]: limit
 -- ARGV[5k+3]: lease deadline in ms
 -- ARGV[5k+4]: owner (the claiming node), kept in the receipt
--- ARGV[5k+5]: most payload bytes to return, counting those of the partitions before it in the
---             call; at least one due task of each partition is always taken
+-- ARGV[5k+5]: most payload bytes to return (headers and last errors do not count), counting
+--             those of the partitions before it in the call; at least one due task of each
+--             partition is always taken
 -- Returns: one reply per partition, in order, each { next pending due (string) or false,
 --   count of claimed tasks, id1, record1, ..., then for each record moved to the dead letters:
 --   id, reason }. Several partitions share a call only on a single master (Rust groups them;
@@ -79,7 +80,18 @@ local function claim_partition(k)
     local raws = redis.call('HMGET', tasks_key, unpack(ids, first, last))
     for j = 1, last - first + 1 do
       local raw = raws[j]
-      if raw and claimed > 0 and spent + bytes + #raw > max_bytes then
+      local gen, attempt, claim, due, sched_at, errlen, err_at
+      -- The budget counts payload bytes, as the memory backend does: not the header, not the
+      -- last error (neither is handed to the handler). An undecodable record counts whole.
+      local size = 0
+      if raw then
+        gen, attempt, claim, due, sched_at, errlen, err_at = string.match(raw, CLAIM_FIELDS)
+        size = #raw
+        if gen then
+          size = math.max(#raw - (err_at + (tonumber(errlen) or 0)) + 1, 0)
+        end
+      end
+      if raw and claimed > 0 and spent + bytes + size > max_bytes then
         full = true
         break
       end
@@ -87,7 +99,6 @@ local function claim_partition(k)
       if raw then
         local id = ids[first + j - 1]
         local score = common or scores[first + j - 1]
-        local gen, attempt, claim, due, sched_at, errlen, err_at = string.match(raw, CLAIM_FIELDS)
         local reason
         if not gen then
           local _
@@ -117,7 +128,7 @@ local function claim_partition(k)
           -- record must keep it once the task leaves `due`); the rest is copied as it is.
           local record = '1|' .. gen .. '|' .. attempt .. '|' .. claim .. '|'
             .. (due ~= '' and due or score) .. '|' .. string.sub(raw, sched_at)
-          bytes = bytes + #raw
+          bytes = bytes + size
           records[nrec + 1] = id
           records[nrec + 2] = record
           nrec = nrec + 2

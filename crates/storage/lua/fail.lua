@@ -7,8 +7,9 @@
 -- ARGV[2]: generation of the token
 -- ARGV[3]: claim number of the token
 -- ARGV[4]: the handler's error text (kept as the record's last error)
--- ARGV[5]: 'retry' or 'dead'
--- ARGV[6]: for 'retry': the due time of the next attempt, in ms
+-- ARGV[5]: 'retry', 'requeue' (pending again with the same attempt: it never ran, the node
+--          lacked a resource to start it) or 'dead'
+-- ARGV[6]: for 'retry' and 'requeue': the due time of the next attempt, in ms
 -- Returns: { 'retrying', next attempt, due } | { 'dead' } | { 'superseded' } (scheduled
 -- again meanwhile: nothing recorded, only this claim's in-flight entry dropped; or cancelled
 -- while running: no retry, the task is gone).
@@ -28,8 +29,11 @@ if not rec then
 end
 local payload = string.sub(raw, rec.payload_at)
 redis.call('ZREM', inflight_key, id)
-if ARGV[5] == 'retry' then
-  local attempt = rec.attempt + 1
+if ARGV[5] == 'retry' or ARGV[5] == 'requeue' then
+  local attempt = rec.attempt
+  if ARGV[5] == 'retry' then
+    attempt = attempt + 1
+  end
   local due = ARGV[6]
   local sched = sched_of(rec)
   if sched == due then

@@ -421,14 +421,33 @@ pub enum AckOutcome {
 pub enum FailAction {
     /// Pending again at this time, with the attempt count increased by one.
     RetryAt(u64),
+    /// Pending again at this time with the attempt count *unchanged*: the attempt never ran
+    /// (the node lacked a resource to start the handler, such as a file descriptor or a
+    /// process slot), so it is not the task's to pay for and can never dead-letter it. The
+    /// error is kept as the last error, and the scheduled due stays the dedup key, as with
+    /// [`FailAction::RetryAt`]; the outcome is [`FailOutcome::Retrying`] with the same
+    /// attempt. Since nothing ran, a resend of the same id and due while it waits is what it
+    /// would have been before the claim: a replacement on attempt 1, a duplicate on a later
+    /// attempt (one did run).
+    RequeueAt(u64),
     /// Move it to the dead letters.
     DeadLetter,
+}
+
+impl FailAction {
+    /// The due time of a retry or requeue; `None` for a dead letter.
+    pub fn due_ms(self) -> Option<u64> {
+        match self {
+            FailAction::RetryAt(due_ms) | FailAction::RequeueAt(due_ms) => Some(due_ms),
+            FailAction::DeadLetter => None,
+        }
+    }
 }
 
 /// What `fail` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailOutcome {
-    /// Pending again.
+    /// Pending again (a retry, or a requeue that kept the attempt).
     Retrying {
         /// The attempt number of the next delivery.
         attempt: u32,

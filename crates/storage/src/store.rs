@@ -32,8 +32,9 @@ pub type ItemResult = StorageResult<ScheduleOutcome>;
 ///  schedule ──> pending ──claim_due──> inflight ──ack──> done (retained, payload dropped)
 ///                  ^  ^                  │  │
 ///                  │  └── requeue_expired┘  └─fail(RetryAt)──> pending (attempt + 1)
-///                  │      (lease ran out,     fail(DeadLetter)─> dead ──retry_dead──┐
-///                  │       same attempt)                                            │
+///                  │      (lease ran out,     fail(RequeueAt)> pending (same attempt)
+///                  │       same attempt)      fail(DeadLetter)─> dead ──retry_dead──┐
+///                  │                                                                │
 ///                  └────────────────────────────────────────────────────────────────┘
 /// ```
 /// `cancel` removes a pending or dead task; a task in flight is marked so that its running
@@ -152,7 +153,9 @@ pub trait TaskStore: RecurringStore + Send + Sync + 'static {
     async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome>;
 
     /// The handler failed: keep `error` as the task's last error and either make it pending
-    /// again at the given time with attempt + 1, or dead-letter it. A stale token fails with
+    /// again at the given time with attempt + 1 ([`FailAction::RetryAt`]), or with the same
+    /// attempt when the attempt never ran ([`FailAction::RequeueAt`]: the node lacked a
+    /// resource to start the handler), or dead-letter it. A stale token fails with
     /// `StaleLease` and changes nothing.
     async fn fail(
         &self,

@@ -166,3 +166,112 @@ async fn queues_of_the_old_registry_key_are_merged_once_on_upgrade() {
         16
     );
 }
+
+/// A burst of single schedules of large payloads into one partition: the coalescing batcher
+/// cuts them into script calls of at most 8 MiB (as `schedule_many` cuts its rounds), and
+/// every one lands. Redis's slow log (every command, with its argument count) shows how many
+/// items each `schedule.lua` call carried. Before the byte cap the schedules that waited
+/// behind the first went as one call (39 items, 39 MB here), blocking Redis for as long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
+    const TASKS: usize = 40;
+    const PAYLOAD: usize = 1_000_000;
+    /// `EVALSHA sha 5 <5 keys> mode retention`, then 3 arguments per item.
+    const CALL_ARGS: usize = 10;
+    let (server, store) = start().await;
+    let mut connection = server.client().get_connection().expect("connect");
+    for (name, value) in [
+        ("slowlog-log-slower-than", "0"),
+        ("slowlog-max-len", "10000"),
+    ] {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(name)
+            .arg(value)
+            .query(&mut connection)
+            .expect("CONFIG SET");
+    }
+    let p = partition(&store).await;
+    let now = redis_now_ms(&server);
+    let tasks: Vec<NewTask> = (0..TASKS)
+        .map(|index| NewTask {
+            id: TaskId::new(format!("big-{index}")).expect("valid id"),
+            due_ms: now + 600_000,
+            payload: Bytes::from(vec![b'a' + (index % 26) as u8; PAYLOAD]),
+        })
+        .collect();
+    let schedules = tasks.into_iter().map(|task| {
+        let store = store.clone();
+        let p = p.clone();
+        tokio::spawn(async move { store.schedule(&p, task, ScheduleMode::Upsert).await })
+    });
+    for (index, outcome) in futures::future::join_all(schedules)
+        .await
+        .into_iter()
+        .enumerate()
+    {
+        let outcome = outcome.expect("no panic");
+        assert!(
+            matches!(outcome, Ok(delayq_storage::ScheduleOutcome::Created)),
+            "schedule {index}: {outcome:?}"
+        );
+    }
+    for index in 0..TASKS {
+        let id = TaskId::new(format!("big-{index}")).expect("valid id");
+        let info = store.get(&p, &id).await.expect("get").expect("stored");
+        assert_eq!(info.state, TaskState::Pending);
+        assert_eq!(info.payload.len(), PAYLOAD, "{id}");
+        assert_eq!(info.payload[0], b'a' + (index % 26) as u8, "{id}");
+    }
+    // Items per schedule call, from the slow log's argument lists (the first 31 arguments,
+    // then "... (N more arguments)").
+    let log: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query(&mut connection)
+        .expect("SLOWLOG GET");
+    let text = |value: &redis::Value| match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        redis::Value::SimpleString(text) => text.clone(),
+        _ => String::new(),
+    };
+    let mut per_call = Vec::new();
+    for entry in &log {
+        let redis::Value::Array(fields) = entry else {
+            continue;
+        };
+        let Some(redis::Value::Array(args)) = fields.get(3) else {
+            continue;
+        };
+        let args: Vec<String> = args.iter().map(text).collect();
+        let is_schedule = args
+            .first()
+            .is_some_and(|name| name.eq_ignore_ascii_case("evalsha"))
+            && args.get(2).map(String::as_str) == Some("5")
+            && args.get(8).map(String::as_str) == Some("upsert");
+        if !is_schedule {
+            continue;
+        }
+        let count = match args.last().and_then(|last| {
+            let more = last
+                .strip_prefix("... (")?
+                .strip_suffix(" more arguments)")?;
+            more.parse::<usize>().ok()
+        }) {
+            Some(more) => args.len() - 1 + more,
+            None => args.len(),
+        };
+        per_call.push((count - CALL_ARGS) / 3);
+    }
+    eprintln!("items per schedule call: {per_call:?}");
+    assert_eq!(per_call.iter().sum::<usize>(), TASKS, "{per_call:?}");
+    // 8 items of 1,000,000 bytes fit in 8 MiB, 9 do not.
+    assert!(
+        per_call.iter().all(|&items| items <= 8),
+        "a call carried more than 8 MiB: {per_call:?}"
+    );
+    assert!(
+        per_call.iter().any(|&items| items > 1),
+        "the waiting schedules were still coalesced: {per_call:?}"
+    );
+}

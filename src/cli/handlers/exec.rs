@@ -9,8 +9,8 @@ use delayq_engine::{HandlerError, Task};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use super::excerpt;
 use super::process::{die_with_node, scrub_config_variables, ProcessGroup, StderrCollector};
+use super::{excerpt, failure};
 
 /// How much of a command's stderr is kept (its end); the rest is read and discarded.
 const STDERR_KEPT: usize = 4096;
@@ -24,7 +24,10 @@ const STDERR_GRACE: Duration = Duration::from_millis(250);
 /// `DELAYQ_ATTEMPT` (and `DELAYQ_GENERATION`, `DELAYQ_FIRED_MS`, `DELAYQ_NODE`) in its
 /// environment and the payload on stdin. Exit status 0 acks; anything else fails the
 /// attempt with the status and the end of the command's stderr. The command's stdout is the
-/// node's stdout.
+/// node's stdout. A command that cannot be started because the node ran out of open files,
+/// processes or memory (`EMFILE`, `ENFILE`, `EAGAIN`, `ENOMEM`) does not fail the attempt:
+/// the task is put back, due again in about a second, its attempt unspent; any other spawn
+/// error (`ENOENT`, `EACCES`) fails it.
 ///
 /// The command cleans up after itself:
 /// - it inherits none of the node's `DELAYQ_*` variables (`DELAYQ_REDIS_URL` and the like
@@ -78,9 +81,11 @@ impl ExecHandler {
             .process_group(0)
             .kill_on_drop(true);
         die_with_node(&mut command);
+        // Out of open files, processes or memory, the node is at fault, not the task: the
+        // engine puts the task back without spending its attempt.
         let mut child = command
             .spawn()
-            .map_err(|error| format!("cannot run {:?}: {error}", self.program))?;
+            .map_err(|error| failure(format!("cannot run {:?}: {error}", self.program), &error))?;
         // Declared after `child`, so dropped before it: the group is killed while its
         // leader is still unreaped (its id cannot have been reused).
         let mut group = ProcessGroup::of(&child);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use delayq_engine::{HandlerError, Task};
 
-use super::{excerpt_start, task_json};
+use super::{excerpt_start, failure, task_json};
 
 /// How long connecting to the receiver may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -25,7 +25,9 @@ const BODY_EXCERPT: usize = 300;
 
 /// POSTs `{"queue","id","due_ms","fired_ms","attempt","generation","node","payload"}` per task
 /// (`payload_base64` instead of `payload` when the payload is not UTF-8). A 2xx status acks;
-/// any other status (a redirect included), or a transport error, fails the attempt.
+/// any other status (a redirect included), or a transport error, fails the attempt, except
+/// a connection that could not be made for lack of the node's resources (`EMFILE`, ...):
+/// that task is put back with its attempt unspent.
 pub struct HttpHandler {
     url: reqwest::Url,
     /// `url` with its credentials and query hidden, for messages.
@@ -78,7 +80,9 @@ impl HttpHandler {
             .json(&task_json(task))
             .send()
             .await
-            .map_err(|error| format!("POST {shown}: {}", describe(&error)))?;
+            // A connect that failed for lack of open files or memory never reached the
+            // receiver: the task is put back without spending its attempt.
+            .map_err(|error| failure(format!("POST {shown}: {}", describe(&error)), &error))?;
         let status = response.status();
         if status.is_success() {
             return Ok(());

@@ -8,7 +8,8 @@ mod process;
 
 use std::sync::Arc;
 
-use delayq_engine::{HandlerError, Task};
+use delayq_engine::{Handler, HandlerError, HandlerFuture, ResourceExhausted, Task};
+use rustix::io::Errno;
 use serde_json::{Map, Value};
 
 pub use exec::ExecHandler;
@@ -28,13 +29,25 @@ pub enum NodeHandler {
     Http(Arc<HttpHandler>),
 }
 
-impl NodeHandler {
+impl Handler for NodeHandler {
     /// Runs one task: `Ok` acks it, an error fails the attempt (retry, then dead letter).
-    pub async fn run(self, task: Task) -> Result<(), HandlerError> {
+    ///
+    /// Each kind boxes its own future: one future over all three would be as big as the
+    /// `http` handler's (a few KB), copied into its box for every task whatever the kind.
+    fn handle(&self, task: Task) -> HandlerFuture {
         match self {
-            NodeHandler::Log(handler) => handler.run(&task).await,
-            NodeHandler::Exec(handler) => handler.run(&task).await,
-            NodeHandler::Http(handler) => handler.run(&task).await,
+            NodeHandler::Log(handler) => {
+                let handler = Arc::clone(handler);
+                Box::pin(async move { handler.run(&task).await })
+            }
+            NodeHandler::Exec(handler) => {
+                let handler = Arc::clone(handler);
+                Box::pin(async move { handler.run(&task).await })
+            }
+            NodeHandler::Http(handler) => {
+                let handler = Arc::clone(handler);
+                Box::pin(async move { handler.run(&task).await })
+            }
         }
     }
 }
@@ -52,6 +65,32 @@ pub fn task_json(task: &Task) -> Value {
     object.insert("node".to_owned(), Value::from(task.node.as_str()));
     insert_payload(&mut object, &task.payload);
     Value::Object(object)
+}
+
+/// Whether `error` says the node ran out of a resource rather than that the task or its
+/// command is at fault: too many open files (`EMFILE`, and `ENFILE` system-wide), no process
+/// or thread to spare (`EAGAIN` from `fork`, `RLIMIT_NPROC`), no memory (`ENOMEM`).
+/// `ENOENT`, `EACCES` and the rest are the command's or the receiver's problem.
+pub fn lacks_resources(error: &std::io::Error) -> bool {
+    Errno::from_io_error(error).is_some_and(|errno| {
+        [Errno::MFILE, Errno::NFILE, Errno::AGAIN, Errno::NOMEM].contains(&errno)
+    })
+}
+
+/// The handler error `message` for a failure caused by `cause`: a [`ResourceExhausted`]
+/// (the task is put back without spending its attempt) when an I/O error among `cause` and
+/// its sources [`lacks_resources`], an ordinary failure otherwise.
+pub fn failure(message: String, cause: &(dyn std::error::Error + 'static)) -> HandlerError {
+    let starved = std::iter::successors(Some(cause), |error| error.source()).any(|error| {
+        error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(lacks_resources)
+    });
+    if starved {
+        Box::new(ResourceExhausted::new(message))
+    } else {
+        message.into()
+    }
 }
 
 /// At most `max` bytes of the end of `text` (where the reason for a failure usually is),
@@ -92,6 +131,41 @@ pub fn excerpt_start(bytes: &[u8], max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_lack_of_resources_is_the_nodes_failure() {
+        use std::io;
+        for errno in [Errno::MFILE, Errno::NFILE, Errno::AGAIN, Errno::NOMEM] {
+            let error = io::Error::from_raw_os_error(errno.raw_os_error());
+            assert!(lacks_resources(&error), "{error}");
+            let failure = failure(format!("cannot run: {error}"), &error);
+            assert!(ResourceExhausted::is_cause_of(&*failure), "{failure}");
+            assert!(failure.to_string().starts_with("cannot run: "), "{failure}");
+        }
+        for errno in [Errno::NOENT, Errno::ACCESS, Errno::NOEXEC, Errno::SRCH] {
+            let error = io::Error::from_raw_os_error(errno.raw_os_error());
+            assert!(!lacks_resources(&error), "{error}");
+            let failure = failure(format!("cannot run: {error}"), &error);
+            assert!(!ResourceExhausted::is_cause_of(&*failure), "{failure}");
+        }
+        assert!(!lacks_resources(&io::Error::other("no errno")));
+        // Deeper in a chain, as a client library wraps a failed connect.
+        #[derive(Debug)]
+        struct Wrapper(io::Error);
+        impl std::fmt::Display for Wrapper {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "connect failed")
+            }
+        }
+        impl std::error::Error for Wrapper {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let wrapped = Wrapper(io::Error::from_raw_os_error(Errno::MFILE.raw_os_error()));
+        let failure = failure("POST: connect failed".to_owned(), &wrapped);
+        assert!(ResourceExhausted::is_cause_of(&*failure));
+    }
 
     #[test]
     fn excerpt_keeps_the_end_on_one_line() {

@@ -68,11 +68,11 @@ pub use http::{
 pub use topology::{SentinelConfig, TlsConfig};
 pub use types::{
     default_node_name, BackoffConfig, Config, EngineConfig, NodeConfig, QueueConfig, RateLimit,
-    RedisConfig,
+    RedisConfig, DEFAULT_MAX_RUNNING,
 };
 pub use validate::{
     LEASE_RESPONSE_TIMEOUTS, MAX_CLAIM_BATCH, MAX_CONCURRENCY, MAX_NODE_NAME_CHARS, MAX_PARTITIONS,
-    MAX_PAYLOAD_LIMIT, MAX_WAIT_REPLICAS,
+    MAX_PAYLOAD_LIMIT, MAX_RUNNING, MAX_WAIT_REPLICAS,
 };
 pub use values::MAX_DURATION;
 

@@ -47,8 +47,13 @@ pub(crate) const REDIS_KEYS: &[&str] = &[
     "wait_timeout",
 ];
 /// The keys of `node:`.
-pub(crate) const NODE_KEYS: &[&str] =
-    &["name", "heartbeat_period", "heartbeat_ttl", "start_timeout"];
+pub(crate) const NODE_KEYS: &[&str] = &[
+    "name",
+    "heartbeat_period",
+    "heartbeat_ttl",
+    "start_timeout",
+    "max_running",
+];
 /// The keys of `engine:`.
 pub(crate) const ENGINE_KEYS: &[&str] = &[
     "pull_period",
@@ -313,6 +318,7 @@ impl Walk<'_> {
                 "heartbeat_period" => into.heartbeat_period = duration(&path, value)?,
                 "heartbeat_ttl" => into.heartbeat_ttl = duration(&path, value)?,
                 "start_timeout" => into.start_timeout = duration(&path, value)?,
+                "max_running" => into.max_running = count(&path, value)?,
                 _ => return Err(self.unknown(path, key)),
             }
         }

@@ -109,7 +109,15 @@ pub struct NodeConfig {
     /// How long starting a node may wait for Redis and for joining the cluster before it
     /// gives up with an error. Default 10 s.
     pub start_timeout: Duration,
+    /// Most handlers running at once on this node, over all its queues (1..=1 000 000, see
+    /// [`MAX_RUNNING`](super::MAX_RUNNING)); each queue's `concurrency` still applies within
+    /// it. Tasks beyond it wait pending (claims wait for a free slot), never fail. Default
+    /// 1 024 ([`DEFAULT_MAX_RUNNING`]).
+    pub max_running: usize,
 }
+
+/// The default `node.max_running`: 1 024 handlers at once on one node.
+pub const DEFAULT_MAX_RUNNING: usize = 1_024;
 
 impl Default for NodeConfig {
     fn default() -> Self {
@@ -118,6 +126,7 @@ impl Default for NodeConfig {
             heartbeat_period: Duration::from_secs(1),
             heartbeat_ttl: Duration::from_secs(3),
             start_timeout: Duration::from_secs(10),
+            max_running: DEFAULT_MAX_RUNNING,
         }
     }
 }

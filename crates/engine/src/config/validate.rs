@@ -23,6 +23,11 @@ pub const MAX_PAYLOAD_LIMIT: usize = 512 << 20;
 /// default 30 s lease) and, with `--handler exec`, a process and three pipes: 10 000 is
 /// already beyond a default limit of 1 024 open files. More work per node wants more nodes.
 pub const MAX_CONCURRENCY: usize = 10_000;
+/// Most handlers running at once on one node, over all its queues (`node.max_running`).
+///
+/// A hundred times the most one queue may run ([`MAX_CONCURRENCY`]), and far below the
+/// limit where tokio's semaphore panics; a node never usefully runs more.
+pub const MAX_RUNNING: usize = 1_000_000;
 /// How many `redis.response_timeout`s `engine.lease` must exceed: the lease is renewed every
 /// third of its length, so a renewal that fails after a full response timeout still leaves
 /// a second renewal time to land before the lease runs out.
@@ -214,7 +219,18 @@ fn node(node: &NodeConfig) -> Check {
             ),
         );
     }
-    positive("node.start_timeout", node.start_timeout)
+    positive("node.start_timeout", node.start_timeout)?;
+    if !(1..=MAX_RUNNING).contains(&node.max_running) {
+        return fail(
+            "node.max_running",
+            node.max_running,
+            format!(
+                "must be between 1 and {MAX_RUNNING} (handlers running at once on this node, \
+                 over all its queues)"
+            ),
+        );
+    }
+    Ok(())
 }
 
 fn engine(engine: &EngineConfig) -> Check {

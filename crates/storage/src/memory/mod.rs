@@ -462,8 +462,8 @@ impl TaskStore for MemoryStore {
         error: &str,
         action: FailAction,
     ) -> StorageResult<FailOutcome> {
-        if let FailAction::RetryAt(retry_ms) = action {
-            validate_due(retry_ms)?;
+        if let Some(due_ms) = action.due_ms() {
+            validate_due(due_ms)?;
         }
         let state = self.partition(&token.partition)?;
         let now_ms = self.now_ms();

@@ -15,7 +15,10 @@
 //! The key says which items may share a call: on a Redis Cluster one partition (one slot), on
 //! a single master anything of one kind (the scripts take several partitions per call, so a
 //! node's acks of all its partitions share one call). A batch holds at most
-//! [`MAX_BATCH`] weight (items weigh 1 unless told: a claim weighs its limit).
+//! [`MAX_BATCH`] weight (items weigh 1 unless told: a claim weighs its limit) and, for a
+//! batcher built with [`Batcher::weighed`], at most that many bytes in all (a single heavier
+//! item goes alone): single schedules of large payloads are cut into calls of at most 8 MiB,
+//! like the rounds of `schedule_many` (see [`round_len`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -33,10 +36,34 @@ pub(crate) const MAX_BATCH: usize = 512;
 
 type Waiting<I, O> = Vec<(I, usize, oneshot::Sender<StorageResult<O>>)>;
 
+/// How many of the items whose sizes `weights` gives, in order, go into the next round: at
+/// most `max_items`, and no more than `max_bytes` in all, except that the first item always
+/// goes (alone, when it is heavier than `max_bytes`). 0 only when there are no items.
+pub(crate) fn round_len(
+    weights: impl IntoIterator<Item = usize>,
+    max_items: usize,
+    max_bytes: usize,
+) -> usize {
+    let mut taken = 0;
+    let mut bytes = 0usize;
+    for weight in weights {
+        if taken > 0 && (taken >= max_items || bytes.saturating_add(weight) > max_bytes) {
+            break;
+        }
+        taken += 1;
+        bytes = bytes.saturating_add(weight);
+    }
+    taken
+}
+
 /// Items waiting per key (a partition, and whatever else must be equal within one call).
 pub(crate) struct Batcher<K, I, O> {
     queues: Arc<Mutex<HashMap<K, Queue<I, O>>>>,
     max_weight: usize,
+    /// The size of an item, counted against `max_bytes`.
+    weigh: fn(&I) -> usize,
+    /// The most bytes (by `weigh`) in one batch.
+    max_bytes: usize,
 }
 
 struct Queue<I, O> {
@@ -48,22 +75,39 @@ impl<K, I, O> Clone for Batcher<K, I, O> {
         Batcher {
             queues: Arc::clone(&self.queues),
             max_weight: self.max_weight,
+            weigh: self.weigh,
+            max_bytes: self.max_bytes,
         }
     }
 }
 
 impl<K, I, O> Default for Batcher<K, I, O> {
+    /// Batches bounded by their number of items only.
     fn default() -> Self {
         Batcher::with_max_weight(MAX_BATCH)
     }
 }
 
 impl<K, I, O> Batcher<K, I, O> {
-    /// A batcher whose batches weigh at most `max_weight` (a heavier item goes alone).
+    /// A batcher whose batches weigh at most `max_weight` (a heavier item goes alone), with
+    /// no byte bound.
     pub(crate) fn with_max_weight(max_weight: usize) -> Self {
         Batcher {
             queues: Arc::new(Mutex::new(HashMap::new())),
             max_weight: max_weight.max(1),
+            weigh: |_| 0,
+            max_bytes: usize::MAX,
+        }
+    }
+
+    /// Batches of at most [`MAX_BATCH`] weight and at most `max_bytes` by `weigh` (a single
+    /// heavier item goes alone).
+    pub(crate) fn weighed(max_bytes: usize, weigh: fn(&I) -> usize) -> Self {
+        Batcher {
+            queues: Arc::new(Mutex::new(HashMap::new())),
+            max_weight: MAX_BATCH,
+            weigh,
+            max_bytes,
         }
     }
 }
@@ -124,7 +168,12 @@ where
             }
         };
         if start {
-            tokio::spawn(drain(Arc::clone(&self.queues), key, self.max_weight, send));
+            let limits = Limits {
+                max_weight: self.max_weight,
+                weigh: self.weigh,
+                max_bytes: self.max_bytes,
+            };
+            tokio::spawn(drain(Arc::clone(&self.queues), key, limits, send));
         }
         receiver.await.unwrap_or_else(|_| {
             Err(StorageError::Backend {
@@ -135,12 +184,40 @@ where
     }
 }
 
+/// What bounds one batch: its weight (as each item was submitted) and its bytes (by `weigh`).
+/// The first item always goes, alone when it is over either bound.
+struct Limits<I> {
+    max_weight: usize,
+    weigh: fn(&I) -> usize,
+    max_bytes: usize,
+}
+
+impl<I> Limits<I> {
+    /// How many of the first waiting items go into the next batch.
+    fn batch_len<S>(&self, waiting: &[(I, usize, S)]) -> usize {
+        let (mut take, mut weight, mut bytes) = (0usize, 0usize, 0usize);
+        for (item, item_weight, _) in waiting {
+            let item_bytes = (self.weigh)(item);
+            if take > 0
+                && (weight.saturating_add(*item_weight) > self.max_weight
+                    || bytes.saturating_add(item_bytes) > self.max_bytes)
+            {
+                break;
+            }
+            take += 1;
+            weight = weight.saturating_add(*item_weight);
+            bytes = bytes.saturating_add(item_bytes);
+        }
+        take
+    }
+}
+
 /// Sends the batches of `key` until none is waiting, then removes the key (the next caller
-/// starts a new drain).
+/// starts a new drain). `limits` bound each batch's weight and bytes.
 async fn drain<K, I, O, F, Fut>(
     queues: Arc<Mutex<HashMap<K, Queue<I, O>>>>,
     key: K,
-    max_weight: usize,
+    limits: Limits<I>,
     mut send: F,
 ) where
     K: Hash + Eq + Clone,
@@ -167,15 +244,7 @@ async fn drain<K, I, O, F, Fut>(
                 guard.key = None;
                 return;
             }
-            let mut take = 0;
-            let mut weight = 0;
-            for (_, item_weight, _) in &queue.waiting {
-                if take > 0 && weight + item_weight > max_weight {
-                    break;
-                }
-                take += 1;
-                weight += item_weight;
-            }
+            let take = limits.batch_len(&queue.waiting);
             queue.waiting.drain(..take).collect()
         };
         let (items, senders): (Vec<I>, Vec<_>) = batch
@@ -322,6 +391,75 @@ mod tests {
             heaviest.load(Ordering::Relaxed),
             25,
             "the heavy item went alone"
+        );
+    }
+
+    #[test]
+    fn a_round_stops_at_the_item_or_byte_cap_but_always_takes_one() {
+        assert_eq!(round_len([], 10, 100), 0);
+        assert_eq!(round_len([1; 20], 10, 100), 10, "the item cap");
+        assert_eq!(round_len([40, 40, 40], 10, 100), 2, "the byte cap");
+        assert_eq!(round_len([50, 50, 1], 10, 100), 2, "exactly the cap fits");
+        assert_eq!(round_len([500, 1], 10, 100), 1, "a heavier item goes alone");
+        assert_eq!(
+            round_len([1, 500], 10, 100),
+            1,
+            "and is not joined to a round"
+        );
+        assert_eq!(
+            round_len([usize::MAX, 1], 10, usize::MAX),
+            2,
+            "no byte cap: the sizes saturate instead of overflowing"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_burst_of_large_items_is_sent_in_batches_under_the_byte_cap() {
+        const CAP: usize = 1_000;
+        let batcher: Batcher<u32, Vec<u8>, usize> = Batcher::weighed(CAP, Vec::len);
+        let batches = Arc::new(Mutex::new(Vec::new()));
+        // 60 items of 300 bytes: at most 3 (900 bytes) per batch, plus one of 2,000 bytes
+        // that goes alone.
+        let sizes = (0..60).map(|_| 300).chain([2_000]);
+        let callers = sizes.enumerate().map(|(n, size)| {
+            let batcher = batcher.clone();
+            let batches = Arc::clone(&batches);
+            tokio::spawn(async move {
+                let result = batcher
+                    .submit("test", 7, vec![0u8; size], move |_, items| {
+                        let batches = Arc::clone(&batches);
+                        async move {
+                            batches
+                                .lock()
+                                .push(items.iter().map(Vec::len).collect::<Vec<_>>());
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            items.iter().map(|item| Ok(item.len())).collect()
+                        }
+                    })
+                    .await;
+                (n, size, result)
+            })
+        });
+        for caller in futures::future::join_all(callers).await {
+            let (n, size, result) = caller.expect("no panic");
+            assert_eq!(result.expect("result"), size, "item {n}");
+        }
+        let batches = batches.lock().clone();
+        assert_eq!(
+            batches.iter().map(Vec::len).sum::<usize>(),
+            61,
+            "every item sent once"
+        );
+        for batch in &batches {
+            let bytes: usize = batch.iter().sum();
+            assert!(
+                bytes <= CAP || batch.len() == 1,
+                "a batch of {bytes} bytes over the {CAP}-byte cap: {batch:?}"
+            );
+        }
+        assert!(
+            batches.iter().any(|batch| batch.len() > 1),
+            "items that waited together were still batched: {batches:?}"
         );
     }
 

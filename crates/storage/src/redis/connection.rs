@@ -71,7 +71,8 @@ pub struct RedisStore {
     pub(crate) acks: Batcher<Option<Partition>, LeaseToken, AckOutcome>,
     /// Concurrent claims, grouped like acks, weighed by their limits.
     pub(crate) claims: Batcher<Option<Partition>, ClaimRequest, ClaimBatch>,
-    /// Concurrent single schedules of one mode, grouped like acks.
+    /// Concurrent single schedules of one mode, grouped like acks, at most 8 MiB of payload
+    /// per call (as a round of `schedule_many`).
     pub(crate) schedules:
         Batcher<(Option<Partition>, ScheduleMode), (Partition, NewTask), ScheduleOutcome>,
     pub(crate) prefix: Arc<str>,
@@ -143,7 +144,9 @@ impl RedisStore {
             acker,
             acks: Batcher::default(),
             claims: Batcher::with_max_weight(MAX_CLAIM_TASKS),
-            schedules: Batcher::default(),
+            schedules: Batcher::weighed(super::schedule::PIPELINE_BYTES, |(_, task)| {
+                super::schedule::item_bytes(task)
+            }),
             prefix: Arc::from(options.key_prefix),
             options: options.store,
             deadline,

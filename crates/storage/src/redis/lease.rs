@@ -150,6 +150,7 @@ impl RedisStore {
         const OPERATION: &str = "fail";
         let (action_arg, retry_at) = match action {
             FailAction::RetryAt(due_ms) => ("retry", validate_due(due_ms)?),
+            FailAction::RequeueAt(due_ms) => ("requeue", validate_due(due_ms)?),
             FailAction::DeadLetter => ("dead", 0),
         };
         let keys = self.keys(&token.partition);

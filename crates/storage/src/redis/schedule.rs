@@ -1,6 +1,7 @@
 //! `schedule` and `schedule_many`: one script, `lua/schedule.lua`, that takes any number of
 //! items of one partition, on the producers' connection. Single schedules waiting at once are
-//! coalesced into one call per (partition, mode).
+//! coalesced into one call per (partition, mode), of at most [`PIPELINE_BYTES`] of payload
+//! too (the batcher cuts them by [`item_bytes`], like the rounds here).
 //!
 //! `schedule_many` validates every item first (an invalid one fails alone, before anything is
 //! sent), then cuts the rest into rounds of at most [`PIPELINE_ITEMS`] items (and about
@@ -24,7 +25,7 @@ use crate::error::{StorageError, StorageResult};
 use crate::model::{validate_due, NewTask, Partition, ScheduleMode, ScheduleOutcome, TaskId};
 use crate::store::ItemResult;
 
-use super::batch::by_partition;
+use super::batch::{by_partition, round_len};
 use super::connection::{within, RedisStore};
 use super::error_map::{copy_error, map_error, unexpected_reply};
 use super::keys::PartitionKeys;
@@ -42,9 +43,9 @@ const PIPELINES_IN_FLIGHT: usize = 4;
 const OPERATION: &str = "schedule_many";
 
 impl RedisStore {
-    /// Checks one item before anything is sent.
+    /// Checks one item before anything is sent: the payload first, then the due, in the
+    /// memory backend's order (a task wrong in both reports `PayloadTooLarge` on both).
     pub(crate) fn validate(&self, task: &NewTask) -> StorageResult<()> {
-        validate_due(task.due_ms)?;
         let max = self.options.max_payload;
         if task.payload.len() > max {
             return Err(StorageError::PayloadTooLarge {
@@ -53,6 +54,7 @@ impl RedisStore {
                 max,
             });
         }
+        validate_due(task.due_ms)?;
         Ok(())
     }
 
@@ -415,23 +417,21 @@ fn not_sent() -> StorageError {
     }
 }
 
+/// The bytes one item counts for in a round (or a batch of single schedules): its payload
+/// and id.
+pub(crate) fn item_bytes(task: &NewTask) -> usize {
+    task.payload.len() + task.id.as_str().len()
+}
+
 /// Cuts the valid items into rounds by count and payload size, keeping their order.
 fn rounds(items: &[(Partition, NewTask)], valid: &[usize]) -> Vec<Vec<usize>> {
     let mut pipelines = Vec::new();
-    let mut current = Vec::new();
-    let mut bytes = 0;
-    for &index in valid {
-        let size = items[index].1.payload.len() + items[index].1.id.as_str().len();
-        if !current.is_empty() && (current.len() == PIPELINE_ITEMS || bytes + size > PIPELINE_BYTES)
-        {
-            pipelines.push(std::mem::take(&mut current));
-            bytes = 0;
-        }
-        current.push(index);
-        bytes += size;
-    }
-    if !current.is_empty() {
-        pipelines.push(current);
+    let mut rest = valid;
+    while !rest.is_empty() {
+        let weights = rest.iter().map(|&index| item_bytes(&items[index].1));
+        let (round, left) = rest.split_at(round_len(weights, PIPELINE_ITEMS, PIPELINE_BYTES));
+        pipelines.push(round.to_vec());
+        rest = left;
     }
     pipelines
 }

@@ -261,6 +261,44 @@ pub async fn claim_due_returns_at_most_max_claim_bytes_but_at_least_one_task(mak
     assert_eq!(claim_all(&store, &p, T0 + 10).await.len(), 2);
 }
 
+/// Found by the twin model: the Redis backend counted each record's header (and last error)
+/// against `max_claim_bytes`, which bounds the payload bytes a claim returns.
+pub async fn max_claim_bytes_counts_payload_bytes_only(make: Make) {
+    let options = StoreOptions {
+        max_claim_bytes: 20,
+        ..StoreOptions::default()
+    };
+    let (store, p) = setup_with(make, options).await;
+    let with_payload = |name: &str, size: usize| NewTask {
+        id: id(name),
+        due_ms: T0,
+        payload: Bytes::from(vec![b'x'; size]),
+    };
+    // "a" waits for a retry with a long last error: that error is not payload either.
+    store
+        .schedule(&p, with_payload("a", 10), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    let first = claim_one(&store, &p, T0).await;
+    retry_at(&store, &first, &"e".repeat(100), T0).await;
+    for (name, size) in [("b", 0), ("c", 10), ("d", 1)] {
+        store
+            .schedule(&p, with_payload(name, size), ScheduleMode::Upsert)
+            .await
+            .expect("schedule");
+    }
+    let batch = store
+        .claim_due(&p, T0, 100, LEASE, "conformance")
+        .await
+        .expect("claim");
+    assert_eq!(
+        ids(&batch.tasks),
+        ["a", "b", "c"],
+        "payloads of 10 + 0 + 10 bytes fit in 20; the next byte does not"
+    );
+    assert_eq!(claim_one(&store, &p, T0).await.id, id("d"));
+}
+
 pub async fn recover_claim_returns_the_tasks_of_a_lost_reply_with_their_tokens(make: Make) {
     let (store, p) = setup(make).await;
     for (k, name) in ["a", "b", "c"].iter().enumerate() {

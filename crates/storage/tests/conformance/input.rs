@@ -167,6 +167,22 @@ pub async fn due_beyond_year_9999_is_rejected_and_nothing_is_stored(make: Make) 
     assert_eq!(get(&store, &p, "far").await.due_ms, MAX_DUE_MS);
 }
 
+/// Found by the twin model: the backends checked a schedule's two limits in different orders.
+/// The payload is checked first, in `schedule` and in each item of `schedule_many` alike.
+pub async fn payload_too_large_and_due_beyond_9999_is_payload_too_large(make: Make) {
+    let (store, p) = setup_with(make, small_payloads()).await;
+    let both_wrong = || with_payload("both", MAX_DUE_MS + 1, 65);
+    let result = store.schedule(&p, both_wrong(), ScheduleMode::Upsert).await;
+    assert_too_large(result, "both", 65);
+    let mut items = store
+        .schedule_many(vec![(p.clone(), both_wrong())], ScheduleMode::Upsert)
+        .await
+        .expect("schedule_many");
+    assert_eq!(items.len(), 1);
+    assert_too_large(items.remove(0), "both", 65);
+    assert_eq!(store.get(&p, &id("both")).await.expect("get"), None);
+}
+
 pub async fn task_id_with_a_nul_byte_is_rejected(_make: Make) {
     match TaskId::new("order\u{0}42") {
         Err(StorageError::InvalidTaskId { id, reason }) => {

@@ -220,6 +220,58 @@ pub async fn fail_retry_at_increments_the_attempt_and_keeps_the_last_error(make:
     );
 }
 
+pub async fn fail_requeue_at_keeps_the_attempt_the_error_and_the_dedup_key(make: Make) {
+    // An attempt that never ran (the node lacked a resource to start it) is put back as it
+    // was claimed: same attempt, same generation, same scheduled due.
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let first = claim_one(&store, &p, T0).await;
+    let outcome = requeue_at(&store, &first, "Too many open files", T0 + 1_000).await;
+    assert_eq!(
+        outcome,
+        FailOutcome::Retrying {
+            attempt: 1,
+            due_ms: T0 + 1_000
+        },
+        "a requeue keeps the attempt"
+    );
+    let info = get(&store, &p, "a").await;
+    assert_eq!(
+        (info.state, info.due_ms, info.attempt),
+        (TaskState::Pending, T0 + 1_000, 1)
+    );
+    assert_eq!(info.last_error.as_deref(), Some("Too many open files"));
+    assert_eq!(info.payload, Bytes::from("payload of a"));
+    assert!(
+        claim_all(&store, &p, T0 + 999).await.is_empty(),
+        "not before the requeue's due"
+    );
+    // Requeued again and again, it never spends an attempt; a real failure then does.
+    let second = claim_one(&store, &p, T0 + 1_000).await;
+    assert_eq!((second.attempt, second.generation), (1, first.generation));
+    requeue_at(
+        &store,
+        &second,
+        "Resource temporarily unavailable",
+        T0 + 2_000,
+    )
+    .await;
+    let third = claim_one(&store, &p, T0 + 2_000).await;
+    assert_eq!(third.attempt, 1);
+    assert_eq!(
+        retry_at(&store, &third, "boom", T0 + 3_000).await,
+        FailOutcome::Retrying {
+            attempt: 2,
+            due_ms: T0 + 3_000
+        }
+    );
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate,
+        "the scheduled due stayed the dedup key through the requeues"
+    );
+}
+
 pub async fn fail_keeps_at_most_4096_bytes_of_the_error_text(make: Make) {
     let (store, p) = setup(make).await;
     schedule(&store, &p, "a", T0).await;

@@ -225,6 +225,20 @@ pub async fn retry_at(
         .expect("fail")
 }
 
+/// Puts a claimed task back at `due_ms` without spending its attempt
+/// ([`FailAction::RequeueAt`]).
+pub async fn requeue_at(
+    store: &Subject,
+    claimed: &ClaimedTask,
+    error: &str,
+    due_ms: u64,
+) -> FailOutcome {
+    store
+        .fail(&claimed.token, error, FailAction::RequeueAt(due_ms))
+        .await
+        .expect("fail")
+}
+
 /// Fails a claimed task into the dead letters.
 pub async fn dead_letter(store: &Subject, claimed: &ClaimedTask, error: &str) -> FailOutcome {
     store
@@ -340,6 +354,7 @@ macro_rules! conformance_suite {
                 peek_window_skips_inflight_tasks,
                 partitions_are_independent,
                 claim_due_returns_at_most_max_claim_bytes_but_at_least_one_task,
+                max_claim_bytes_counts_payload_bytes_only,
                 recover_claim_returns_the_tasks_of_a_lost_reply_with_their_tokens,
                 recover_claim_of_another_claim_is_empty,
             ],
@@ -362,6 +377,7 @@ macro_rules! conformance_suite {
                 requeue_expired_drops_a_superseded_lease_and_keeps_the_new_schedule,
                 fail_retry_at_increments_the_attempt_and_keeps_the_last_error,
                 fail_retry_at_is_claimable_at_the_new_time_only,
+                fail_requeue_at_keeps_the_attempt_the_error_and_the_dedup_key,
                 fail_keeps_at_most_4096_bytes_of_the_error_text,
                 cancel_of_an_inflight_task_answers_inflight_and_lets_it_finish,
                 cancel_of_a_task_waiting_for_a_retry_is_cancelled,
@@ -453,6 +469,7 @@ macro_rules! conformance_suite {
                 payload_over_max_payload_leaves_the_existing_task_alone,
                 payload_of_exactly_max_payload_is_accepted,
                 due_beyond_year_9999_is_rejected_and_nothing_is_stored,
+                payload_too_large_and_due_beyond_9999_is_payload_too_large,
             ],
         }
     };

@@ -57,6 +57,7 @@ node:
   heartbeat_period: 500ms
   heartbeat_ttl: 2s
   start_timeout: 1m
+  max_running: 300
 engine:
   pull_period: 2s
   idle_pull_period: 45s
@@ -111,6 +112,7 @@ queues:
             heartbeat_period: millis(500),
             heartbeat_ttl: secs(2),
             start_timeout: secs(60),
+            max_running: 300,
         },
         engine: EngineConfig {
             pull_period: secs(2),

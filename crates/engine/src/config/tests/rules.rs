@@ -64,6 +64,8 @@ fn validate_checks_the_rules() {
             c.node.heartbeat_period = Duration::ZERO
         }),
         ("node.heartbeat_ttl", |c| c.node.heartbeat_ttl = millis(500)),
+        ("node.max_running", |c| c.node.max_running = 0),
+        ("node.max_running", |c| c.node.max_running = MAX_RUNNING + 1),
         ("engine.pull_period", |c| {
             c.engine.pull_period = Duration::ZERO
         }),
@@ -263,4 +265,26 @@ fn backoff_jitter_stays_between_half_and_all_of_the_delay() {
         }
     }
     assert_eq!(queue.backoff_delay(2, 0.5), millis(1500));
+}
+
+#[test]
+fn max_running_defaults_to_1024_and_is_refused_below_1_naming_key_value_and_line() {
+    assert_eq!(Config::default().node.max_running, DEFAULT_MAX_RUNNING);
+    assert_eq!(DEFAULT_MAX_RUNNING, 1_024);
+    let config = Config::from_yaml_str("node:\n  max_running: 8\n", SRC).expect("valid");
+    assert_eq!(config.node.max_running, 8);
+    for (value, reason) in [
+        ("0", "between 1 and"),
+        ("-3", ""),
+        ("1000001", "between 1 and"),
+    ] {
+        let text = format!("node:\n  name: n\n  max_running: {value}\n");
+        let error = Config::from_yaml_str(&text, SRC).expect_err("refused");
+        assert!(
+            matches!(&error, ConfigError::InvalidValue { key, value: found, line: Some(3), .. }
+                if key == "node.max_running" && found == value),
+            "{value}: {error:?}"
+        );
+        assert!(error.to_string().contains(reason), "{value}: {error}");
+    }
 }

@@ -126,8 +126,10 @@ impl PartitionState {
         let place = record.place;
         record.last_error = Some(error.to_owned());
         let outcome = match action {
-            FailAction::RetryAt(retry_ms) => {
-                record.attempt = record.attempt.saturating_add(1);
+            FailAction::RetryAt(retry_ms) | FailAction::RequeueAt(retry_ms) => {
+                if matches!(action, FailAction::RetryAt(_)) {
+                    record.attempt = record.attempt.saturating_add(1);
+                }
                 record.due_ms = retry_ms;
                 record.place = Place::Pending { at_ms: retry_ms };
                 let attempt = record.attempt;
