@@ -1,10 +1,20 @@
 #!/bin/bash
-# Part of BENCHMARKS.md (issue 10). Needs redis-server, redis-cli and python3.
+# Part of BENCHMARKS.md (issues 10 and 18). Needs redis-server, redis-cli and python3.
 # Burst of N tasks due at one instant through 3 `delayq node --handler log` processes on one
-# redis-server; prints tasks/s (N / (last fired - due)) and Redis CPU µs per fired task in the
-# fire phase (INFO cpu, sampled at the due instant and when the last task fired).
-# usage: run.sh BINARY PORT [N]
-BIN=$1; P=$2; N=${3:-100000}
+# redis-server. Prints one JSON line:
+#   tasks_per_s            N / (last fired - due)
+#   redis_cpu_us_per_task  INFO cpu (used_cpu_sys + used_cpu_user) delta over the fire phase / N
+#                          (redis_sys_us_per_task: the kernel's share, used_cpu_sys)
+#   node_cpu_us_per_task   the node processes' utime + stime (/proc/<pid>/stat) delta, summed / N
+#   bytes_per_task         used_memory delta over the load (settled) / N
+#   commands               INFO commandstats delta over the fire phase: per command, calls per
+#                          1,000 tasks and Redis µs per task (FCALL / EVALSHA include the
+#                          commands their scripts ran, which are listed as well)
+# usage: burst_nodes.sh BINARY PORT [N]
+# Environment: PAYLOAD_BYTES (default 50: every task gets that many bytes of payload; 0: none,
+# as issue 10 measured), KEEP=1 keeps the temp dir (redis log, node logs), PERF=FILE records
+# redis-server with `perf record -g` over the fire phase into FILE.
+BIN=$1; P=$2; N=${3:-100000}; PAYLOAD_BYTES=${PAYLOAD_BYTES:-50}
 D=$(mktemp -d)
 redis-server --port $P --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --dir $D --logfile $D/redis.log
 sleep 0.3
@@ -15,43 +25,109 @@ redis:
 queue_defaults:
   concurrency: 512
 YAML
-cpu() { redis-cli -p $P info cpu | awk -F: '/used_cpu_(sys|user):/{s+=$2} END{printf "%.4f", s}'; }
 for i in 1 2 3; do
   DELAYQ_NODE_NAME=n$i $BIN --config $D/cluster.yaml node --queue burst > $D/out$i.jsonl 2>$D/err$i.log &
   echo $! >> $D/pids
 done
 sleep 2
-now_ms=$(python3 -c "import time; print(int(time.time()*1000))")
-due=$((now_ms + 12000))
-python3 -c "
-import sys
-for i in range($N): print('{\"id\":\"t-%07d\",\"due_ms\":%d}' % (i, $due))" > $D/tasks.jsonl
-$BIN --config $D/cluster.yaml schedule burst --from $D/tasks.jsonl > $D/load.json 2>$D/load.err
-python3 - "$D" "$P" "$N" "$due" <<'PY'
+python3 - "$D" "$P" "$N" "$BIN" "$PAYLOAD_BYTES" <<'PY'
 import sys, time, subprocess, json, glob
-D, P, N, due = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+D, P, N, BIN, PB = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+def info(section):
+    out = subprocess.run(["redis-cli", "-p", P, "info", section], capture_output=True, text=True).stdout
+    return [l.strip() for l in out.splitlines() if ":" in l]
 def cpu():
-    out = subprocess.run(["redis-cli","-p",P,"info","cpu"],capture_output=True,text=True).stdout
-    return sum(float(l.split(":")[1]) for l in out.splitlines() if l.startswith(("used_cpu_sys:","used_cpu_user:")))
-while time.time()*1000 < due - 50: time.sleep(0.01)
-c0 = cpu()
+    return sum(float(l.split(":")[1]) for l in info("cpu") if l.startswith(("used_cpu_sys:", "used_cpu_user:")))
+def cpu_sys():
+    return sum(float(l.split(":")[1]) for l in info("cpu") if l.startswith("used_cpu_sys:"))
+def used_memory():
+    return int(next(l.split(":")[1] for l in info("memory") if l.startswith("used_memory:")))
+def settled_memory():
+    last = used_memory()
+    for _ in range(50):
+        time.sleep(0.1)
+        now = used_memory()
+        if now == last:
+            return now
+        last = now
+    return last
+def commandstats():
+    stats = {}
+    for l in info("commandstats"):
+        name, rest = l.split(":", 1)
+        fields = dict(kv.split("=") for kv in rest.split(","))
+        stats[name.replace("cmdstat_", "")] = (int(fields["calls"]), int(fields["usec"]))
+    return stats
+pids = [int(x) for x in open(D + "/pids").read().split()]
+tick = __import__("os").sysconf("SC_CLK_TCK")
+def node_cpu():
+    total = 0
+    for pid in pids:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+payload = "p" * PB
+due = int(time.time() * 1000) + 12000
+with open(D + "/tasks.jsonl", "w") as f:
+    for i in range(N):
+        if PB:
+            f.write('{"id":"t-%07d","due_ms":%d,"payload":"%s"}\n' % (i, due, payload))
+        else:
+            f.write('{"id":"t-%07d","due_ms":%d}\n' % (i, due))
+m0 = settled_memory()
+subprocess.run([BIN, "--config", D + "/cluster.yaml", "schedule", "burst", "--from", D + "/tasks.jsonl"],
+               stdout=open(D + "/load.json", "w"), stderr=open(D + "/load.err", "w"))
+m1 = settled_memory()
+if time.time() * 1000 > due - 500:
+    print(json.dumps({"error": "the load took too long: the due instant passed"}))
+while time.time() * 1000 < due - 50:
+    time.sleep(0.01)
+perf = None
+if __import__("os").environ.get("PERF"):
+    # perf record of redis-server over the fire phase (PERF=FILE).
+    rpid = subprocess.run(["redis-cli", "-p", P, "info", "server"], capture_output=True, text=True).stdout
+    rpid = next(l.split(":")[1].strip() for l in rpid.splitlines() if l.startswith("process_id:"))
+    perf = subprocess.Popen(["perf", "record", "-F", "1999", "-g", "-p", rpid, "-o", __import__("os").environ["PERF"]],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+c0, n0, s0, y0 = cpu(), node_cpu(), commandstats(), cpu_sys()
 def count():
-    n=0
-    for f in glob.glob(D+"/out*.jsonl"):
-        with open(f,'rb') as fh: n += fh.read().count(b"\n")
+    n = 0
+    for f in glob.glob(D + "/out*.jsonl"):
+        with open(f, 'rb') as fh:
+            n += fh.read().count(b"\n")
     return n
-t_end = time.time()+120
-while count() < N and time.time() < t_end: time.sleep(0.05)
-c1 = cpu()
-fired=[]
-for f in glob.glob(D+"/out*.jsonl"):
+t_end = time.time() + 120
+while count() < N and time.time() < t_end:
+    time.sleep(0.05)
+c1, n1, s1, y1 = cpu(), node_cpu(), commandstats(), cpu_sys()
+if perf:
+    perf.send_signal(2)
+    perf.wait()
+fired = []
+for f in glob.glob(D + "/out*.jsonl"):
     for line in open(f):
-        try: fired.append(json.loads(line)["fired_ms"])
-        except Exception: pass
-last=max(fired)
-ids=len(fired)
-print(json.dumps({"deliveries":ids,"tasks_per_s":round(N/((last-due)/1000)),"drain_ms":last-due,"redis_cpu_us_per_task":round((c1-c0)*1e6/N,2)}))
+        try:
+            fired.append(json.loads(line)["fired_ms"])
+        except Exception:
+            pass
+last = max(fired)
+commands = {}
+for name, (calls, usec) in s1.items():
+    calls0, usec0 = s0.get(name, (0, 0))
+    if calls - calls0 > 0:
+        commands[name] = {"calls_per_1k_tasks": round((calls - calls0) * 1000 / N, 2),
+                          "us_per_task": round((usec - usec0) / N, 2),
+                          "us_per_call": round((usec - usec0) / (calls - calls0), 2)}
+commands = dict(sorted(commands.items(), key=lambda kv: -kv[1]["us_per_task"]))
+print(json.dumps({"deliveries": len(fired), "tasks_per_s": round(N / ((last - due) / 1000)),
+                  "drain_ms": last - due,
+                  "redis_cpu_us_per_task": round((c1 - c0) * 1e6 / N, 2),
+                  "redis_sys_us_per_task": round((y1 - y0) * 1e6 / N, 2),
+                  "node_cpu_us_per_task": round((n1 - n0) * 1e6 / N, 2),
+                  "bytes_per_task": round((m1 - m0) / N, 1),
+                  "payload_bytes": PB,
+                  "commands": commands}))
 PY
 kill $(cat $D/pids) 2>/dev/null; sleep 1
 redis-cli -p $P shutdown nosave >/dev/null 2>&1
-rm -rf $D
+if [ -n "$KEEP" ]; then echo "kept $D" >&2; else rm -rf $D; fi

@@ -1,5 +1,6 @@
 //! [`RedisConnection`]: connecting to any topology, and sending commands and pipelines.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +54,8 @@ pub(crate) enum Backend {
 
 pub(crate) struct Shared {
     pub(crate) options: ConnectOptions,
+    /// Whether library scripts are called with `FCALL` (see `calls.rs`).
+    pub(crate) functions: AtomicBool,
     pub(crate) shown: String,
     pub(crate) secrets: Vec<String>,
     tls: Option<TlsCertificates>,
@@ -96,6 +99,7 @@ impl RedisConnection {
                 .map_or(0, |info| info.redis_settings().db()),
         };
         let shared = Arc::new(Shared {
+            functions: AtomicBool::new(options.functions),
             shown,
             secrets,
             tls,

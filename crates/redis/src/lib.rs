@@ -35,14 +35,21 @@
 //! - Sentinel: the master is asked of the sentinels at start and on any sign of a failover
 //!   (`READONLY`, a dropped connection, `+switch-master`); a named master must answer `ROLE`
 //!   as master before anything is sent to it.
+//! - Redis Functions: a [`LibraryBuilder`] turns script bodies into one library, loaded on
+//!   every master with [`RedisConnection::load_library`] and called with `FCALL`; loaded again
+//!   where a master lost it (`Function not found`), and replaced by the bodies as `EVALSHA`
+//!   scripts where Functions cannot be used (Redis < 7, no ACL permission,
+//!   [`ConnectOptions::functions`] off).
 //! - Cluster: commands go to the master of their first key's slot (scripts: `KEYS[1]`);
 //!   [`RedisConnection::run_scripts`] groups calls by slot and runs the groups in parallel.
 //! - No error message or log line of this crate contains a password ([`redact_url`]).
 //! - [`RedisConnection::wait_replicas`] turns `WAIT` into a clear error when too few
 //!   replicas confirmed a write in time.
 
+mod calls;
 mod connection;
 mod error;
+mod library;
 mod masters;
 mod pubsub;
 mod redact;
@@ -54,10 +61,13 @@ mod wait;
 
 pub use connection::RedisConnection;
 pub use error::{is_transient, Error, Result};
+pub use library::{Library, LibraryBuilder};
 pub use pubsub::{PubSubEvent, Subscriber};
 pub use redact::redact_url;
 pub use scripts::{Script, ScriptCall};
-pub use topology::{ConnectOptions, Credentials, Timeouts, TlsOptions, Topology, TopologyKind};
+pub use topology::{
+    ConnectOptions, Credentials, Timeouts, TlsOptions, Topology, TopologyKind, FUNCTIONS_ENV,
+};
 
 /// The redis-rs crate this layer is built on, for commands, pipelines and values.
 pub use redis;

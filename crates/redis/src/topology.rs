@@ -202,16 +202,44 @@ pub struct ConnectOptions {
     pub tls: Option<TlsOptions>,
     /// Connection, response, start and failover timeouts.
     pub timeouts: Timeouts,
+    /// Whether scripts that belong to a [`crate::Library`] are called as Redis Functions
+    /// (`FCALL`, the default) or as `EVALSHA` scripts. Functions are used only where the
+    /// server has them (Redis 7+) and the user may load and call them; elsewhere the scripts
+    /// are used anyway. The default is read from `DELAYQ_REDIS_FUNCTIONS` (`off`, `0` or
+    /// `false`: scripts), for operators and tests that must force the fallback.
+    pub functions: bool,
+}
+
+/// The environment variable that turns Redis Functions off (`off`, `0`, `false`).
+pub const FUNCTIONS_ENV: &str = "DELAYQ_REDIS_FUNCTIONS";
+
+/// Whether [`FUNCTIONS_ENV`] leaves Functions on.
+fn functions_from_env() -> bool {
+    match std::env::var(FUNCTIONS_ENV) {
+        Ok(value) => !matches!(
+            value.trim().to_ascii_lowercase().as_str(),
+            "off" | "0" | "false" | "no"
+        ),
+        Err(_) => true,
+    }
 }
 
 impl ConnectOptions {
-    /// Options for `topology` with default timeouts and no TLS files.
+    /// Options for `topology` with default timeouts, no TLS files, and Functions unless
+    /// [`FUNCTIONS_ENV`] turns them off.
     pub fn new(topology: Topology) -> Self {
         ConnectOptions {
             topology,
             tls: None,
             timeouts: Timeouts::default(),
+            functions: functions_from_env(),
         }
+    }
+
+    /// The same options with Functions on or off (see [`ConnectOptions::functions`]).
+    pub fn with_functions(mut self, functions: bool) -> Self {
+        self.functions = functions;
+        self
     }
 
     /// The same options with TLS files.

@@ -1,5 +1,6 @@
 //! The connection layer on a 3-master Redis Cluster: scripts routed by `KEYS[1]`'s slot,
-//! `NOSCRIPT` repaired per master, sharded pub/sub restored after a planned failover (a
+//! `NOSCRIPT` repaired per master, a Functions library loaded on every master and again on
+//! one that lost it (`FUNCTION FLUSH`), sharded pub/sub restored after a planned failover (a
 //! server-sent `sunsubscribe`) and after a killed master's failover.
 
 mod support;
@@ -7,17 +8,23 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use delayq_redis::{RedisConnection, Script, ScriptCall, Topology};
+use delayq_redis::{LibraryBuilder, RedisConnection, Script, ScriptCall, Topology};
 use delayq_testkit::RedisCluster;
 use support::{options, publish_until_received};
 
 const INCR: &str = "return redis.call('INCR', KEYS[1])";
 
 fn evalsha_calls(cluster: &RedisCluster, port: u16) -> u64 {
+    calls_of(cluster, port, "evalsha")
+}
+
+/// `calls=` of `cmdstat_<command>` on the node at `port`.
+fn calls_of(cluster: &RedisCluster, port: u16, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
     cluster
         .info(port, "commandstats")
         .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|line| line.strip_prefix(&prefix))
         .and_then(|rest| rest.split(',').next())
         .and_then(|calls| calls.parse().ok())
         .unwrap_or(0)
@@ -26,6 +33,41 @@ fn evalsha_calls(cluster: &RedisCluster, port: u16) -> u64 {
 fn counter_on(cluster: &RedisCluster, port: u16, key: &str) -> Option<i64> {
     // A direct, non-cluster connection: a key that is not on this node answers MOVED.
     redis::from_redis_value(cluster.command(port, &["GET", key]).ok()?).ok()
+}
+
+/// `flush` on the master of the first call's key, then that call alone, `flush` again and
+/// all `calls` in one batch: each call (all increments, run once on its own key before) must
+/// be applied exactly once more.
+async fn flush_one_master_and_call_again(
+    cluster: &RedisCluster,
+    redis: &RedisConnection,
+    calls: &[ScriptCall<'_>],
+    flush: &[&str],
+) {
+    let keys: Vec<String> = (0..calls.len())
+        .map(|p| format!("delayq:{{q:{p}}}:n"))
+        .collect();
+    let victim = cluster.master_of(&keys[0]);
+    cluster.command(victim, flush).expect("flush");
+    let reply = redis
+        .run_script(&calls[0])
+        .await
+        .expect("a single call after the flush");
+    assert_eq!(reply, redis::Value::Int(2));
+    cluster.command(victim, flush).expect("flush");
+    for result in redis.run_scripts(calls).await {
+        let value = result.expect("batched calls survive a flush on one master");
+        assert!(matches!(value, redis::Value::Int(2 | 3)), "{value:?}");
+    }
+    for key in &keys {
+        let expected = if key == &keys[0] { 3 } else { 2 };
+        let owner = cluster.master_of(key);
+        assert_eq!(
+            counter_on(cluster, owner, key),
+            Some(expected),
+            "{key}: applied once"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,31 +114,43 @@ async fn scripts_are_routed_by_slot_and_reloaded_after_script_flush() {
     }
 
     // One master loses its scripts: single and batched calls load them again there.
-    let victim = cluster.master_of(&keys[0]);
-    cluster
-        .command(victim, &["SCRIPT", "FLUSH"])
-        .expect("SCRIPT FLUSH");
-    let reply = redis
-        .run_script(&ScriptCall::new(&script).key(&keys[0]))
+    flush_one_master_and_call_again(&cluster, &redis, &calls, &["SCRIPT", "FLUSH"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_functions_library_is_loaded_on_every_master_and_again_after_function_flush() {
+    let cluster = RedisCluster::start(0);
+    let redis = RedisConnection::connect(options(Topology::cluster(cluster.seed_urls())))
         .await
-        .expect("the script is loaded again after NOSCRIPT");
-    assert_eq!(reply, redis::Value::Int(2));
-    cluster
-        .command(victim, &["SCRIPT", "FLUSH"])
-        .expect("SCRIPT FLUSH");
+        .expect("connect to the cluster");
+    let mut builder = LibraryBuilder::new("test", &[]);
+    builder.function("incr", &[], INCR);
+    let (library, scripts) = builder.build();
+    redis.load_library(&library).await.expect("FUNCTION LOAD");
+    let masters = cluster.masters();
+    for &port in &masters {
+        let listed = format!("{:?}", cluster.command(port, &["FUNCTION", "LIST"]));
+        assert!(listed.contains(library.name()), "master {port}: {listed}");
+    }
+    let keys: Vec<String> = (0..24).map(|p| format!("delayq:{{q:{p}}}:n")).collect();
+    let calls: Vec<ScriptCall<'_>> = keys
+        .iter()
+        .map(|key| ScriptCall::new(&scripts[0]).key(key))
+        .collect();
     for result in redis.run_scripts(&calls).await {
-        let value = result.expect("batched calls survive NOSCRIPT on one master");
-        assert!(matches!(value, redis::Value::Int(2 | 3)), "{value:?}");
+        assert_eq!(result.expect("an FCALL"), redis::Value::Int(1));
     }
-    for key in &keys {
-        let expected = if key == &keys[0] { 3 } else { 2 };
-        let owner = cluster.master_of(key);
-        assert_eq!(
-            counter_on(&cluster, owner, key),
-            Some(expected),
-            "{key}: applied once"
+    for &port in &masters {
+        assert!(
+            calls_of(&cluster, port, "fcall") >= 1,
+            "master {port} ran no FCALL"
         );
+        assert_eq!(evalsha_calls(&cluster, port), 0, "master {port}");
     }
+
+    // One master loses the library: single and batched calls load it there again.
+    flush_one_master_and_call_again(&cluster, &redis, &calls, &["FUNCTION", "FLUSH"]).await;
+    assert!(redis.uses_functions());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

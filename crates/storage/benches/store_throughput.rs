@@ -15,7 +15,7 @@
 //!   concurrently, all on the store's one multiplexed connection).
 //!
 //! Next to each throughput, the Redis time our scripts took per task (`INFO commandstats`,
-//! EVALSHA), which says how far Redis itself is from being the bottleneck.
+//! FCALL and EVALSHA), which says how far Redis itself is from being the bottleneck.
 //!
 //! After each round, `redis-benchmark` on a fresh server gives the physical limit of the
 //! moment: ZADD and `EVAL "return 1" 0`, with and without a pipeline of 16. The medians over
@@ -423,15 +423,21 @@ impl ScriptTime {
                 Some((name.to_owned(), field("calls=")?, field("usec=")?))
             })
             .collect();
+        // Script calls: FCALL (Redis Functions) or EVALSHA (Redis 6, Functions off).
         let (calls, usec) = stats
             .iter()
-            .find(|(name, _, _)| name == "evalsha")
-            .map_or((0.0, 0.0), |(_, calls, usec)| (*calls, *usec));
+            .filter(|(name, _, _)| matches!(name.as_str(), "evalsha" | "fcall"))
+            .fold((0.0, 0.0), |(calls, usec), (_, more_calls, more_usec)| {
+                (calls + more_calls, usec + more_usec)
+            });
         let per_task = |usec: f64| usec / tasks.max(1) as f64;
         let mut profile: Vec<(String, f64)> = stats
             .iter()
             .filter(|(name, _, _)| {
-                !matches!(name.as_str(), "evalsha" | "info" | "config|resetstat")
+                !matches!(
+                    name.as_str(),
+                    "evalsha" | "fcall" | "info" | "config|resetstat"
+                )
             })
             .map(|(name, _, usec)| (name.clone(), per_task(*usec)))
             .filter(|(_, us)| *us >= 0.01)

@@ -1,10 +1,13 @@
--- ack.lua: handlers succeeded; completes each task whose token still holds its lease.
--- KEYS[1]: tasks      HASH id -> record
--- KEYS[2]: inflight   ZSET id -> lease deadline
--- KEYS[3]: done       ZSET id -> completed_ms
+-- ack.lua: handlers succeeded; completes each task whose token still holds its lease, in one
+-- or more partitions.
+-- For each partition k = 0, 1, ... (several share a call only on a single master):
+-- KEYS[3k+1]: tasks      HASH id -> record
+-- KEYS[3k+2]: inflight   ZSET id -> lease deadline
+-- KEYS[3k+3]: done       ZSET id -> completed_ms
 -- ARGV[1]: executed retention in ms (0: no done entry is kept, the record is deleted)
--- ARGV[3k-1], ARGV[3k], ARGV[3k+1] for k = 1, 2, ...: id, generation, claim of token k
--- Returns: one verdict per token, in order:
+-- then for each partition, in order: the count n of its tokens, then n times: id,
+-- generation, claim
+-- Returns: one verdict per token, in the order of the tokens:
 --   'C' completed: the task left in-flight; its record shrank to what dedup needs (counters
 --       and due times; no payload, no error) and `done` holds it, scored by Redis TIME;
 --   'S' superseded: scheduled again meanwhile; the new schedule stands and only this claim's
@@ -12,82 +15,143 @@
 --       entry: a later get finds nothing);
 --   'L' the token lost its lease (requeued, claimed again): nothing changed;
 --   'X<reason>' the record is corrupt: nothing changed.
--- Tokens of one call are judged as if acked one after the other (a repeated id is read again).
--- Speed: one HMGET and one ZMSCORE to read, one call per kind of write, for the whole call.
+-- Tokens of one partition are judged as if acked one after the other (a repeated id is read
+-- again).
+-- Speed: per partition one HMGET, then per token one anchored match and one ZREM (whose answer
+-- says whether the claim still held the task: an in-flight check without ZMSCORE, whose
+-- scores Redis 7.0 formats with printf), then one call per kind of write.
 
-local tasks_key, inflight_key, done_key = KEYS[1], KEYS[2], KEYS[3]
 local keep_done = tonumber(ARGV[1]) > 0
-local ids = {}
-for i = 2, #ARGV, 3 do
-  ids[#ids + 1] = ARGV[i]
-end
-local raws = read_in_chunks('HMGET', tasks_key, ids)
-local leases = read_in_chunks('ZMSCORE', inflight_key, ids)
 -- A string: Lua numbers handed to redis.call are formatted with %.17g, once per task.
 local now = keep_done and string.format('%d', redis_now_ms()) or '0'
+local out = {}
+local nout = 0
 
-local leave, records, stamps, forget = {}, {}, {}, {}
-local function write()
-  call_in_chunks('ZREM', inflight_key, leave)
-  call_in_chunks('HSET', tasks_key, records)
-  call_in_chunks('ZADD', done_key, stamps)
-  call_in_chunks('HDEL', tasks_key, forget)
-  leave, records, stamps, forget = {}, {}, {}, {}
+-- The token's task left in flight (its entry was there and is gone now): its done record,
+-- or nil, reason when the record is corrupt. `errlen`, `err_at`: from ACK_FIELDS, when it
+-- matched.
+local function done_record_of(raw, errlen, err_at)
+  if not keep_done then
+    -- No done entry is kept: the record goes, whatever it holds.
+    return ''
+  end
+  if errlen == '' then
+    -- The header as it is: the payload is all a completed task drops.
+    return string.sub(raw, 1, err_at - 1)
+  end
+  -- It failed before: the done record keeps no error either.
+  local rec, reason = decode_record(raw)
+  if not rec then
+    return nil, reason
+  end
+  return encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, '', '')
 end
 
-local seen = {}
-local out = {}
-for k, id in ipairs(ids) do
-  local raw, in_flight = raws[k], leases[k]
-  if seen[id] then
-    -- The same id earlier in this call: what was read is out of date.
-    write()
-    raw = redis.call('HGET', tasks_key, id)
-    in_flight = redis.call('ZSCORE', inflight_key, id)
+local function ack_partition(tasks_key, inflight_key, done_key, base, count)
+  local ids = {}
+  for i = 1, count do
+    ids[i] = ARGV[base + 3 * i - 2]
   end
-  seen[id] = true
-  local verdict, detail = judge_token(raw, in_flight, ARGV[3 * k], ARGV[3 * k + 1])
-  local done_record
-  if verdict == 'ok' and keep_done then
-    local errlen, err_at = string.match(raw, TAIL_FIELDS, detail)
-    if errlen == '' then
-      -- The header as it is: the payload is all a completed task drops.
-      done_record = string.sub(raw, 1, err_at - 1)
+  local raws = read_in_chunks('HMGET', tasks_key, ids)
+
+  local records, stamps, forget = {}, {}, {}
+  local nrec, nforget = 0, 0
+  local function write()
+    if nrec > 0 then
+      call_in_chunks('HSET', tasks_key, records)
+      call_in_chunks('ZADD', done_key, stamps)
+    end
+    if nforget > 0 then
+      call_in_chunks('HDEL', tasks_key, forget)
+    end
+    records, stamps, forget, nrec, nforget = {}, {}, {}, 0, 0
+  end
+  -- The task is done: its record shrinks to `done_record` (or goes, without retention).
+  local function complete(id, done_record)
+    if keep_done then
+      records[nrec + 1] = id
+      records[nrec + 2] = done_record
+      stamps[nrec + 1] = now
+      stamps[nrec + 2] = id
+      nrec = nrec + 2
     else
-      -- It failed before: the done record keeps no error either.
-      local rec, reason = decode_record(raw)
-      if rec then
-        done_record = encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, '', '')
+      nforget = nforget + 1
+      forget[nforget] = id
+    end
+  end
+
+  -- The verdict for a token whose record is its claim's: 'C' if the task was still in flight
+  -- (it leaves now), 'L' if not; 'X' for a corrupt record of a task in flight (a stale token
+  -- is stale first, as lease.lua judges).
+  local function finish(id, done_record, reason)
+    if not done_record then
+      if redis.call('ZSCORE', inflight_key, id) then
+        return 'X' .. reason
+      end
+      return 'L'
+    end
+    if redis.call('ZREM', inflight_key, id) == 1 then
+      complete(id, done_record)
+      return 'C'
+    end
+    return 'L'
+  end
+
+  local seen = {}
+  for k = 1, count do
+    local id = ids[k]
+    local raw = raws[k]
+    if seen[id] then
+      -- The same id earlier in this call: what was read is out of date.
+      write()
+      raw = redis.call('HGET', tasks_key, id)
+    end
+    seen[id] = true
+    local gen, claim = ARGV[base + 3 * k - 1], ARGV[base + 3 * k]
+    local verdict
+    local rec_gen, rec_claim, errlen, err_at
+    if raw then
+      rec_gen, rec_claim, errlen, err_at = string.match(raw, ACK_FIELDS)
+    end
+    if rec_gen == gen and rec_claim == claim then
+      -- The common case: the record is this very claim's (a claim number is never 0 and a
+      -- generation never 0 in a token), so the lease holds if the entry is still in flight.
+      verdict = finish(id, done_record_of(raw, errlen, err_at))
+    else
+      -- Everything else, judged as lease.lua does, with the entry's presence asked only
+      -- where it decides (ZREM again: a verdict that drops the entry drops it there).
+      local judged, detail = judge_token(raw, true, gen, claim)
+      if judged == 'ok' then
+        verdict = finish(id, done_record_of(raw, string.match(raw, TAIL_FIELDS, detail)))
+      elseif judged == 'superseded' then
+        if detail then
+          redis.call('ZREM', inflight_key, id)
+        end
+        verdict = 'S'
+      elseif judged == 'cancelled' then
+        if redis.call('ZREM', inflight_key, id) == 1 then
+          nforget = nforget + 1
+          forget[nforget] = id
+          verdict = 'S'
+        else
+          verdict = 'L'
+        end
+      elseif judged == 'stale' then
+        verdict = 'L'
       else
-        verdict, detail = 'corrupt', reason
+        verdict = 'X' .. detail
       end
     end
+    out[nout + k] = verdict
   end
-  if verdict == 'ok' then
-    leave[#leave + 1] = id
-    if keep_done then
-      records[#records + 1] = id
-      records[#records + 1] = done_record
-      stamps[#stamps + 1] = now
-      stamps[#stamps + 1] = id
-    else
-      forget[#forget + 1] = id
-    end
-    out[k] = 'C'
-  elseif verdict == 'superseded' then
-    if detail and in_flight then
-      leave[#leave + 1] = id
-    end
-    out[k] = 'S'
-  elseif verdict == 'cancelled' then
-    leave[#leave + 1] = id
-    forget[#forget + 1] = id
-    out[k] = 'S'
-  elseif verdict == 'stale' then
-    out[k] = 'L'
-  else
-    out[k] = 'X' .. detail
-  end
+  write()
+  nout = nout + count
 end
-write()
+
+local base = 2
+for k = 0, #KEYS / 3 - 1 do
+  local count = tonumber(ARGV[base])
+  ack_partition(KEYS[3 * k + 1], KEYS[3 * k + 2], KEYS[3 * k + 3], base, count)
+  base = base + 1 + 3 * count
+end
 return out

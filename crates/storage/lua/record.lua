@@ -91,6 +91,10 @@ local LEASE_FIELDS = '^1|(%d+)|%d*|(%d*)|()'
 -- error text, which is where a completed task's record ends.
 local TAIL_FIELDS = '^%d*|%d*|(%d*)|()'
 
+-- For an ack: generation, claim ('' = 0), the error length ('' = 0) and the position of the
+-- error text (LEASE_FIELDS and TAIL_FIELDS in one match).
+local ACK_FIELDS = '^1|(%d+)|%d*|(%d*)|%d*|%d*|(%d*)|()'
+
 -- Whether a raw record is marked cancelled-while-running (generation 0), without decoding it.
 local function is_cancelled_raw(raw)
   return string.find(raw, '^%d+|0|') ~= nil

@@ -1,7 +1,9 @@
 -- recover_claim.lua: the tasks of a claim whose reply was lost, from its receipt.
 -- KEYS[1]: tasks      HASH id -> record
 -- KEYS[2]: inflight   ZSET id -> lease deadline
--- KEYS[3]: receipt    STRING written by claim_due.lua: cjson [owner, lease deadline, [id, claim, ...]]
+-- KEYS[3]: receipt    STRING written by claim_due.lua: '2' NUL owner NUL lease deadline NUL id1
+--          NUL claim1 NUL ..., or, written by an earlier release, cjson [owner, lease
+--          deadline, [id, claim, ...]]
 -- ARGV[1]: owner of the lost claim
 -- ARGV[2]: its lease deadline in ms, as it was sent
 -- Returns: { id1, record1, id2, record2, ... }: the receipt's tasks that are still in flight
@@ -15,12 +17,32 @@ local stored = redis.call('GET', receipt_key)
 if not stored then
   return out
 end
-local ok, receipt = pcall(cjson.decode, stored)
-if not ok or type(receipt) ~= 'table' or receipt[1] ~= ARGV[1] or receipt[2] ~= ARGV[2]
-    or type(receipt[3]) ~= 'table' then
+local owner, lease, items
+if string.sub(stored, 1, 2) == '2\0' then
+  local fields, start = {}, 3
+  while true do
+    local stop = string.find(stored, '\0', start, true)
+    if not stop then
+      fields[#fields + 1] = string.sub(stored, start)
+      break
+    end
+    fields[#fields + 1] = string.sub(stored, start, stop - 1)
+    start = stop + 1
+  end
+  owner, lease, items = fields[1], fields[2], {}
+  for i = 3, #fields do
+    items[#items + 1] = fields[i]
+  end
+else
+  local ok, receipt = pcall(cjson.decode, stored)
+  if not ok or type(receipt) ~= 'table' or type(receipt[3]) ~= 'table' then
+    return out
+  end
+  owner, lease, items = receipt[1], receipt[2], receipt[3]
+end
+if owner ~= ARGV[1] or lease ~= ARGV[2] then
   return out
 end
-local items = receipt[3]
 for i = 1, #items - 1, 2 do
   local id, claim = items[i], tonumber(items[i + 1])
   local raw = redis.call('HGET', tasks_key, id)

@@ -1,10 +1,11 @@
--- schedule.lua: schedules one or more tasks of one partition (a mode, with dedup).
--- KEYS[1]: due        ZSET id -> due_ms of pending tasks
--- KEYS[2]: tasks      HASH id -> record
--- KEYS[3]: inflight   ZSET id -> lease deadline
--- KEYS[4]: done       ZSET id -> completed_ms (executed-set)
--- KEYS[5]: dead       ZSET id -> failed_ms
--- KEYS[6]: ticks      ZSET tick id -> tick ms, the tick ledger (mode 'tick' only)
+-- schedule.lua: schedules one or more tasks of one or more partitions (a mode, with dedup).
+-- For each partition k = 0, 1, ... (several share a call only on a single master):
+-- KEYS[6k+1]: due        ZSET id -> due_ms of pending tasks
+-- KEYS[6k+2]: tasks      HASH id -> record
+-- KEYS[6k+3]: inflight   ZSET id -> lease deadline
+-- KEYS[6k+4]: done       ZSET id -> completed_ms (executed-set)
+-- KEYS[6k+5]: dead       ZSET id -> failed_ms
+-- KEYS[6k+6]: ticks      ZSET tick id -> tick ms, the tick ledger (mode 'tick' only)
 -- ARGV[1]: mode, 'upsert', 'if_absent', 'earlier', 'later' or 'tick' (a recurring schedule's
 --          tick: if-absent, and only if the ledger does not have the id yet; the id then
 --          enters the ledger). For a pending id, 'earlier' / 'later' keep it unless the new
@@ -14,8 +15,9 @@
 --          by every mode but 'if_absent'. Rust's twin: ScheduleMode in src/model.rs.
 -- ARGV[2]: executed retention in ms (an (id, due) that completed less than this long ago, by
 --          Redis TIME, is a duplicate; 0 turns dedup off)
--- ARGV[3k], ARGV[3k+1], ARGV[3k+2] for k = 1, 2, ...: id, due_ms, payload of item k
--- Returns: one entry per item, in order: 'C' created | 'R<previous due>' replaced |
+-- then for each partition, in order: the count n of its items, then n times: id, due_ms,
+-- payload
+-- Returns: one entry per item, in the order of the items: 'C' created | 'R<previous due>' replaced |
 --   'K<due>' kept | 'D' duplicate | 'T' tick already in the ledger (nothing changed) |
 --   'X<reason>' corrupt record (that item is left alone; the others proceed).
 -- A new id starts at generation = Redis TIME in µs, so an id cancelled and scheduled again
@@ -25,10 +27,10 @@
 -- or its lease expires. The claim number carries over so the old token is still recognised.
 -- Unless the new due is the running one's scheduled due: that resend of a fire in progress
 -- is 'D' and changes nothing (no second run, no new generation), when dedup is on.
--- Speed: the ids are looked up with one HMGET and new ids (the bulk-load case) are written
--- with one HSET and one ZADD for the whole call; only existing ids take the per-item path.
+-- Speed: the ids of a partition are looked up with one HMGET and new ids (the bulk-load case)
+-- are written with one HSET and one ZADD per partition; a partition's single new item takes
+-- one HSETNX and one ZADD; only existing ids take the per-item path.
 
-local due_key, tasks_key, inflight_key, done_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local mode = ARGV[1]
 if mode ~= 'upsert' and mode ~= 'if_absent' and mode ~= 'earlier' and mode ~= 'later'
     and mode ~= 'tick' then
@@ -42,116 +44,143 @@ local retention = tonumber(ARGV[2])
 local fresh_header = encode_record(redis_now_us(), 1, 0, '', '', '', '')
 local now_ms = nil
 
-local lookup = {}
-for i = 3, #ARGV, 3 do
-  lookup[#lookup + 1] = ARGV[i]
-end
-local found = read_in_chunks('HMGET', tasks_key, lookup)
+local out = {}
+local nout = 0
 
-local new_records, new_dues = {}, {}
-local function write_new()
-  if #new_records > 0 then
-    call_in_chunks('HSET', tasks_key, new_records)
-    call_in_chunks('ZADD', due_key, new_dues)
-    new_records, new_dues = {}, {}
-  end
-end
-
--- The per-item path for an id that has a record: replace, keep, dedup or re-arm.
-local function schedule_existing(id, due, payload, raw)
-  local rec, reason = decode_record(raw)
-  if not rec then
-    return 'X' .. reason
-  end
-  if rec.gen == 0 then
-    -- Cancelled while its handler runs: gone as far as producers are concerned, so this is
-    -- a new life (fresh generation); the running attempt's ack will find it superseded.
-    redis.call('HSET', tasks_key, id, encode_record(redis_now_us(), 1, rec.claim, '', '', '', payload))
-    redis.call('ZADD', due_key, due, id)
-    return 'C'
-  end
-  local pending = redis.call('ZSCORE', due_key, id)
-  local live = pending or redis.call('ZSCORE', inflight_key, id)
-  local dead = false
-  if not live then
-    dead = redis.call('ZSCORE', dead_key, id)
-    live = dead
-  end
-  local verdict
-  if live then
-    if if_absent then
-      return 'K' .. (pending or rec.due)
+local function schedule_partition(due_key, tasks_key, inflight_key, done_key, dead_key, ticks_key, base, count)
+  local found
+  if count == 1 and not tick_mode then
+    -- One item (most often a coalesced single schedule): HSETNX creates a new id's record
+    -- and tells whether there was one, in one command.
+    local id = ARGV[base + 1]
+    if redis.call('HSETNX', tasks_key, id, fresh_header .. ARGV[base + 3]) == 1 then
+      redis.call('ZADD', due_key, ARGV[base + 2], id)
+      nout = nout + 1
+      out[nout] = 'C'
+      return
     end
-    if not pending and not dead and retention > 0 and sched_of(rec) == due then
-      -- In flight for this very due: a resend of the fire that is running (guarantee 6).
-      return 'D'
-    end
-    if retention > 0 and sched_of(rec) == due and (dead or (pending and rec.attempt > 1)) then
-      -- Waiting for a retry, or dead, for this very due: that fire happened; a resend must
-      -- not reset the attempts, the backoff or the generation (guarantee 6).
-      return 'D'
-    end
-    if pending then
-      -- earlier / later: the live due wins unless the new one is strictly earlier / later.
-      local live_due, new_due = tonumber(pending), tonumber(due)
-      if (earlier and new_due >= live_due) or (later and new_due <= live_due) then
-        return 'K' .. pending
-      end
-    elseif not dead then
-      -- In flight: earlier keeps the running attempt; later re-arms only a later due.
-      if earlier or (later and tonumber(due) <= tonumber(rec.due)) then
-        return 'K' .. rec.due
-      end
-    end
-    verdict = 'R' .. (pending or rec.due)
-    if dead then
-      redis.call('ZREM', dead_key, id)
-    end
+    found = { redis.call('HGET', tasks_key, id) }
   else
-    verdict = 'C'
-    local done = redis.call('ZSCORE', done_key, id)
-    if done then
-      now_ms = now_ms or redis_now_ms()
-      if retention > 0 and sched_of(rec) == due and now_ms - tonumber(done) < retention then
+    local lookup = {}
+    for i = 1, count do
+      lookup[i] = ARGV[base + 3 * i - 2]
+    end
+    found = read_in_chunks('HMGET', tasks_key, lookup)
+  end
+
+  local new_records, new_dues = {}, {}
+  local function write_new()
+    if #new_records > 0 then
+      call_in_chunks('HSET', tasks_key, new_records)
+      call_in_chunks('ZADD', due_key, new_dues)
+      new_records, new_dues = {}, {}
+    end
+  end
+
+  -- The per-item path for an id that has a record: replace, keep, dedup or re-arm.
+  local function schedule_existing(id, due, payload, raw)
+    local rec, reason = decode_record(raw)
+    if not rec then
+      return 'X' .. reason
+    end
+    if rec.gen == 0 then
+      -- Cancelled while its handler runs: gone as far as producers are concerned, so this is
+      -- a new life (fresh generation); the running attempt's ack will find it superseded.
+      redis.call('HSET', tasks_key, id, encode_record(redis_now_us(), 1, rec.claim, '', '', '', payload))
+      redis.call('ZADD', due_key, due, id)
+      return 'C'
+    end
+    local pending = redis.call('ZSCORE', due_key, id)
+    local live = pending or redis.call('ZSCORE', inflight_key, id)
+    local dead = false
+    if not live then
+      dead = redis.call('ZSCORE', dead_key, id)
+      live = dead
+    end
+    local verdict
+    if live then
+      if if_absent then
+        return 'K' .. (pending or rec.due)
+      end
+      if not pending and not dead and retention > 0 and sched_of(rec) == due then
+        -- In flight for this very due: a resend of the fire that is running (guarantee 6).
         return 'D'
       end
-      redis.call('ZREM', done_key, id)
+      if retention > 0 and sched_of(rec) == due and (dead or (pending and rec.attempt > 1)) then
+        -- Waiting for a retry, or dead, for this very due: that fire happened; a resend must
+        -- not reset the attempts, the backoff or the generation (guarantee 6).
+        return 'D'
+      end
+      if pending then
+        -- earlier / later: the live due wins unless the new one is strictly earlier / later.
+        local live_due, new_due = tonumber(pending), tonumber(due)
+        if (earlier and new_due >= live_due) or (later and new_due <= live_due) then
+          return 'K' .. pending
+        end
+      elseif not dead then
+        -- In flight: earlier keeps the running attempt; later re-arms only a later due.
+        if earlier or (later and tonumber(due) <= tonumber(rec.due)) then
+          return 'K' .. rec.due
+        end
+      end
+      verdict = 'R' .. (pending or rec.due)
+      if dead then
+        redis.call('ZREM', dead_key, id)
+      end
+    else
+      verdict = 'C'
+      local done = redis.call('ZSCORE', done_key, id)
+      if done then
+        now_ms = now_ms or redis_now_ms()
+        if retention > 0 and sched_of(rec) == due and now_ms - tonumber(done) < retention then
+          return 'D'
+        end
+        redis.call('ZREM', done_key, id)
+      end
+    end
+    redis.call('HSET', tasks_key, id, encode_record(rec.gen + 1, 1, rec.claim, '', '', '', payload))
+    redis.call('ZADD', due_key, due, id)
+    return verdict
+  end
+
+  local seen = {}
+  for k = 1, count do
+    local id, due, payload = ARGV[base + 3 * k - 2], ARGV[base + 3 * k - 1], ARGV[base + 3 * k]
+    local raw = found[k]
+    if seen[id] then
+      -- The same id earlier in this call: the lookup is out of date.
+      write_new()
+      raw = redis.call('HGET', tasks_key, id)
+    end
+    seen[id] = true
+    if tick_mode and redis.call('ZSCORE', ticks_key, id) then
+      -- Created before (whatever became of its task since): repeating a tick is a no-op.
+      out[nout + k] = 'T'
+    elseif raw then
+      if tick_mode then
+        redis.call('ZADD', ticks_key, due, id)
+      end
+      out[nout + k] = schedule_existing(id, due, payload, raw)
+    else
+      if tick_mode then
+        redis.call('ZADD', ticks_key, due, id)
+      end
+      new_records[#new_records + 1] = id
+      new_records[#new_records + 1] = fresh_header .. payload
+      new_dues[#new_dues + 1] = due
+      new_dues[#new_dues + 1] = id
+      out[nout + k] = 'C'
     end
   end
-  redis.call('HSET', tasks_key, id, encode_record(rec.gen + 1, 1, rec.claim, '', '', '', payload))
-  redis.call('ZADD', due_key, due, id)
-  return verdict
+  write_new()
+  nout = nout + count
 end
 
-local seen = {}
-local out = {}
-for k = 1, #lookup do
-  local id, due, payload = ARGV[3 * k], ARGV[3 * k + 1], ARGV[3 * k + 2]
-  local raw = found[k]
-  if seen[id] then
-    -- The same id earlier in this call: the lookup is out of date.
-    write_new()
-    raw = redis.call('HGET', tasks_key, id)
-  end
-  seen[id] = true
-  if tick_mode and redis.call('ZSCORE', KEYS[6], id) then
-    -- Created before (whatever became of its task since): repeating a tick is a no-op.
-    out[k] = 'T'
-  elseif raw then
-    if tick_mode then
-      redis.call('ZADD', KEYS[6], due, id)
-    end
-    out[k] = schedule_existing(id, due, payload, raw)
-  else
-    if tick_mode then
-      redis.call('ZADD', KEYS[6], due, id)
-    end
-    new_records[#new_records + 1] = id
-    new_records[#new_records + 1] = fresh_header .. payload
-    new_dues[#new_dues + 1] = due
-    new_dues[#new_dues + 1] = id
-    out[k] = 'C'
-  end
+local base = 3
+for k = 0, #KEYS / 6 - 1 do
+  local count = tonumber(ARGV[base])
+  schedule_partition(KEYS[6 * k + 1], KEYS[6 * k + 2], KEYS[6 * k + 3], KEYS[6 * k + 4],
+    KEYS[6 * k + 5], KEYS[6 * k + 6], base, count)
+  base = base + 1 + 3 * count
 end
-write_new()
 return out

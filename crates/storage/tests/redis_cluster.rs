@@ -51,19 +51,23 @@ fn routed(queue: &QueueName, count: u64, due: u64) -> Vec<(Partition, NewTask)> 
         .collect()
 }
 
-/// `cmdstat_evalsha` calls of every master.
-fn evalsha_calls(cluster: &RedisCluster) -> HashMap<u16, u64> {
+/// Script calls (`FCALL` and `EVALSHA`) of every master.
+fn script_calls(cluster: &RedisCluster) -> HashMap<u16, u64> {
     cluster
         .masters()
         .into_iter()
         .map(|port| {
-            let calls = cluster
-                .info(port, "commandstats")
-                .lines()
-                .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|calls| calls.parse().ok())
-                .unwrap_or(0);
+            let info = cluster.info(port, "commandstats");
+            let calls: u64 = ["fcall", "evalsha"]
+                .iter()
+                .map(|command| {
+                    info.lines()
+                        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+                        .and_then(|rest| rest.split(',').next())
+                        .and_then(|calls| calls.parse::<u64>().ok())
+                        .unwrap_or(0)
+                })
+                .sum();
             (port, calls)
         })
         .collect()
@@ -117,7 +121,7 @@ async fn a_queue_of_64_partitions_spreads_its_script_calls_over_the_three_master
         (queue.clone(), PARTITIONS),
     ];
     assert_eq!(listed, expected);
-    let before = evalsha_calls(&cluster);
+    let before = script_calls(&cluster);
 
     let results = store
         .schedule_many(routed(&queue, 6_400, T0), ScheduleMode::Upsert)
@@ -137,7 +141,7 @@ async fn a_queue_of_64_partitions_spreads_its_script_calls_over_the_three_master
     }
     assert_eq!(claim_and_ack_all(&store, &queue, T0).await, 6_464);
 
-    let after = evalsha_calls(&cluster);
+    let after = script_calls(&cluster);
     let calls: HashMap<u16, u64> = after
         .iter()
         .map(|(port, calls)| (*port, calls - before.get(port).copied().unwrap_or(0)))

@@ -1,5 +1,5 @@
 //! The Redis backend when things go wrong: Redis unreachable, killed, restarted; records
-//! corrupted behind our back; scripts flushed; leases lost.
+//! corrupted behind our back; scripts and the Functions library flushed; leases lost.
 
 use std::future::Future;
 use std::io::Read;
@@ -38,6 +38,19 @@ async fn start(redis: RedisOptions) -> (RedisServer, RedisStore, Partition) {
     let store = RedisStore::connect(options(server.url()))
         .await
         .expect("connect");
+    let queue = QueueName::new("q").expect("valid queue");
+    store.register_queue(&queue, 1).await.expect("register");
+    (server, store, Partition::new(queue, 0))
+}
+
+/// A server and a store that uses Redis Functions or not, whatever the environment says.
+async fn start_with_functions(functions: bool) -> (RedisServer, RedisStore, Partition) {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .expect("start redis-server");
+    let mut settings = options(server.url());
+    settings.redis = settings.redis.with_functions(functions);
+    let store = RedisStore::connect(settings).await.expect("connect");
     let queue = QueueName::new("q").expect("valid queue");
     store.register_queue(&queue, 1).await.expect("register");
     (server, store, Partition::new(queue, 0))
@@ -401,7 +414,8 @@ async fn a_stale_token_after_requeue_is_rejected_and_changes_nothing() {
 
 #[tokio::test]
 async fn flushed_scripts_are_loaded_again_for_single_calls_and_pipelines() {
-    let (server, store, p) = start(RedisOptions::default()).await;
+    // The EVALSHA path (Redis < 7, or Functions turned off).
+    let (server, store, p) = start_with_functions(false).await;
     server.command(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
     schedule_all(&store, &p, "t", 50, |_| T0).await;
     server.command(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
@@ -447,4 +461,58 @@ async fn a_queue_registered_through_a_stall_is_seen_by_every_store_at_once() {
         known(reader.queues().await.expect("queues")),
         "a store that read the registry before the stall does not see the new queue"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn firing_goes_on_while_the_functions_library_is_flushed_again_and_again() {
+    const TASKS: usize = 2_000;
+    // Functions on, whatever DELAYQ_REDIS_FUNCTIONS says.
+    let (server, store, p) = start_with_functions(true).await;
+    schedule_all(&store, &p, "t", TASKS as u64, |_| T0).await;
+    let flushing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flusher = {
+        let (flushing, url) = (flushing.clone(), server.url());
+        tokio::task::spawn_blocking(move || {
+            let client = redis::Client::open(url).expect("client");
+            let mut connection = client.get_connection().expect("connect");
+            let mut flushes = 0u32;
+            while flushing.load(std::sync::atomic::Ordering::Relaxed) {
+                let _: () = redis::cmd("FUNCTION")
+                    .arg("FLUSH")
+                    .query(&mut connection)
+                    .expect("FUNCTION FLUSH");
+                flushes += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            flushes
+        })
+    };
+    let mut completed = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while completed < TASKS && Instant::now() < deadline {
+        let batch = store
+            .claim_due(&p, T0, 50, T0 + 600_000, "node")
+            .await
+            .expect("a claim while the library comes and goes");
+        let acks = futures::future::join_all(batch.tasks.iter().map(|task| store.ack(&task.token)));
+        for outcome in acks.await {
+            assert_eq!(outcome.expect("an ack"), AckOutcome::Completed);
+            completed += 1;
+        }
+    }
+    flushing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let flushes = flusher.await.expect("flusher");
+    assert_eq!(completed, TASKS, "every task fired and completed once");
+    assert!(flushes >= 5, "the library was flushed only {flushes} times");
+    let stats = store.stats(&p, T0).await.expect("stats");
+    assert_eq!(
+        (stats.pending, stats.inflight, stats.done),
+        (0, 0, TASKS as u64),
+        "{stats:?}"
+    );
+    let commandstats: String =
+        redis::from_redis_value(server.command(&["INFO", "commandstats"]).expect("INFO"))
+            .expect("text");
+    assert!(commandstats.contains("cmdstat_fcall:"), "{commandstats}");
+    assert!(!commandstats.contains("cmdstat_evalsha:"), "{commandstats}");
 }

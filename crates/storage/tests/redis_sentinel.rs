@@ -71,16 +71,16 @@ async fn fire(store: RedisStore, stop: Arc<AtomicBool>) -> Vec<(String, Instant)
     fired
 }
 
-/// `cmdstat_evalsha` calls (run, refused) of the data node at `port`.
-fn evalsha_calls(set: &SentinelSet, port: u16) -> (u64, u64) {
+/// Script calls (`FCALL` and `EVALSHA`: run, refused) of the data node at `port`.
+fn script_calls(set: &SentinelSet, port: u16) -> (u64, u64) {
     let info: String = set
         .command(port, &["INFO", "commandstats"])
         .ok()
         .and_then(|value| redis::from_redis_value(value).ok())
         .unwrap_or_default();
-    let field = |name: &str| {
+    let field = |command: &str, name: &str| -> u64 {
         info.lines()
-            .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:")))
             .and_then(|stats| {
                 stats
                     .split(',')
@@ -89,7 +89,8 @@ fn evalsha_calls(set: &SentinelSet, port: u16) -> (u64, u64) {
             .and_then(|value| value.parse().ok())
             .unwrap_or(0)
     };
-    (field("calls"), field("rejected_calls"))
+    let both = |name: &str| field("fcall", name) + field("evalsha", name);
+    (both("calls"), both("rejected_calls"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +133,7 @@ async fn schedules_and_claims_go_on_across_a_planned_failover_and_none_reach_the
         .expect("SENTINEL FAILOVER");
     // `failover` returns once the old master serves as a replica of the new one.
     let switched = Instant::now();
-    let demoted_calls = evalsha_calls(&set, old);
+    let demoted_calls = script_calls(&set, old);
     eprintln!(
         "planned failover {old} -> {new} took {:?}",
         switched - asked
@@ -179,7 +180,7 @@ async fn schedules_and_claims_go_on_across_a_planned_failover_and_none_reach_the
     // Nothing was sent to the demoted master once it was demoted.
     assert_eq!(set.role(old).as_deref(), Some("slave"));
     assert_eq!(
-        evalsha_calls(&set, old),
+        script_calls(&set, old),
         demoted_calls,
         "script calls reached the demoted master"
     );

@@ -27,6 +27,8 @@ pub const DELAYQ_COMMANDS: &[&str] = &[
     "eval",
     "script|load",
     "script|exists",
+    "fcall",
+    "function|load",
     "publish",
     "spublish",
     "subscribe",

@@ -12,10 +12,13 @@
 //! Each batch runs in its own task, so a caller that gives up (its future dropped) does not
 //! strand the others; the batch still completes, as a single call would have.
 //!
-//! A batch holds at most [`MAX_BATCH`] items and, for a batcher built with
-//! [`Batcher::weighed`], at most that many bytes in all (a single heavier item goes alone):
-//! single schedules of large payloads are cut into calls of at most 8 MiB, like the rounds of
-//! `schedule_many` (see [`round_len`], which both use).
+//! The key says which items may share a call: on a Redis Cluster one partition (one slot), on
+//! a single master anything of one kind (the scripts take several partitions per call, so a
+//! node's acks of all its partitions share one call). A batch holds at most
+//! [`MAX_BATCH`] weight (items weigh 1 unless told: a claim weighs its limit) and, for a
+//! batcher built with [`Batcher::weighed`], at most that many bytes in all (a single heavier
+//! item goes alone): single schedules of large payloads are cut into calls of at most 8 MiB,
+//! like the rounds of `schedule_many` (see [`round_len`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,11 +29,12 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::error::{StorageError, StorageResult};
+use crate::model::Partition;
 
-/// The most items sent in one batch.
-const MAX_BATCH: usize = 512;
+/// The most weight (items, unless weighed) sent in one batch by default.
+pub(crate) const MAX_BATCH: usize = 512;
 
-type Waiting<I, O> = Vec<(I, oneshot::Sender<StorageResult<O>>)>;
+type Waiting<I, O> = Vec<(I, usize, oneshot::Sender<StorageResult<O>>)>;
 
 /// How many of the items whose sizes `weights` gives, in order, go into the next round: at
 /// most `max_items`, and no more than `max_bytes` in all, except that the first item always
@@ -55,6 +59,7 @@ pub(crate) fn round_len(
 /// Items waiting per key (a partition, and whatever else must be equal within one call).
 pub(crate) struct Batcher<K, I, O> {
     queues: Arc<Mutex<HashMap<K, Queue<I, O>>>>,
+    max_weight: usize,
     /// The size of an item, counted against `max_bytes`.
     weigh: fn(&I) -> usize,
     /// The most bytes (by `weigh`) in one batch.
@@ -69,6 +74,7 @@ impl<K, I, O> Clone for Batcher<K, I, O> {
     fn clone(&self) -> Self {
         Batcher {
             queues: Arc::clone(&self.queues),
+            max_weight: self.max_weight,
             weigh: self.weigh,
             max_bytes: self.max_bytes,
         }
@@ -78,16 +84,28 @@ impl<K, I, O> Clone for Batcher<K, I, O> {
 impl<K, I, O> Default for Batcher<K, I, O> {
     /// Batches bounded by their number of items only.
     fn default() -> Self {
-        Batcher::weighed(usize::MAX, |_| 0)
+        Batcher::with_max_weight(MAX_BATCH)
     }
 }
 
 impl<K, I, O> Batcher<K, I, O> {
-    /// Batches of at most [`MAX_BATCH`] items and at most `max_bytes` by `weigh` (a single
+    /// A batcher whose batches weigh at most `max_weight` (a heavier item goes alone), with
+    /// no byte bound.
+    pub(crate) fn with_max_weight(max_weight: usize) -> Self {
+        Batcher {
+            queues: Arc::new(Mutex::new(HashMap::new())),
+            max_weight: max_weight.max(1),
+            weigh: |_| 0,
+            max_bytes: usize::MAX,
+        }
+    }
+
+    /// Batches of at most [`MAX_BATCH`] weight and at most `max_bytes` by `weigh` (a single
     /// heavier item goes alone).
     pub(crate) fn weighed(max_bytes: usize, weigh: fn(&I) -> usize) -> Self {
         Batcher {
             queues: Arc::new(Mutex::new(HashMap::new())),
+            max_weight: MAX_BATCH,
             weigh,
             max_bytes,
         }
@@ -113,20 +131,36 @@ where
         F: FnMut(K, Vec<I>) -> Fut + Send + 'static,
         Fut: Future<Output = Vec<StorageResult<O>>> + Send + 'static,
     {
+        self.submit_weighted(operation, key, item, 1, send).await
+    }
+
+    /// [`submit`](Self::submit) for an item of `weight`.
+    pub(crate) async fn submit_weighted<F, Fut>(
+        &self,
+        operation: &'static str,
+        key: K,
+        item: I,
+        weight: usize,
+        send: F,
+    ) -> StorageResult<O>
+    where
+        F: FnMut(K, Vec<I>) -> Fut + Send + 'static,
+        Fut: Future<Output = Vec<StorageResult<O>>> + Send + 'static,
+    {
         let (sender, receiver) = oneshot::channel();
         let start = {
             let mut queues = self.queues.lock();
             match queues.get_mut(&key) {
                 // A batch of this key is in flight: join the next one.
                 Some(queue) => {
-                    queue.waiting.push((item, sender));
+                    queue.waiting.push((item, weight, sender));
                     false
                 }
                 None => {
                     queues.insert(
                         key.clone(),
                         Queue {
-                            waiting: vec![(item, sender)],
+                            waiting: vec![(item, weight, sender)],
                         },
                     );
                     true
@@ -134,7 +168,11 @@ where
             }
         };
         if start {
-            let limits = (self.weigh, self.max_bytes);
+            let limits = Limits {
+                max_weight: self.max_weight,
+                weigh: self.weigh,
+                max_bytes: self.max_bytes,
+            };
             tokio::spawn(drain(Arc::clone(&self.queues), key, limits, send));
         }
         receiver.await.unwrap_or_else(|_| {
@@ -146,12 +184,40 @@ where
     }
 }
 
+/// What bounds one batch: its weight (as each item was submitted) and its bytes (by `weigh`).
+/// The first item always goes, alone when it is over either bound.
+struct Limits<I> {
+    max_weight: usize,
+    weigh: fn(&I) -> usize,
+    max_bytes: usize,
+}
+
+impl<I> Limits<I> {
+    /// How many of the first waiting items go into the next batch.
+    fn batch_len<S>(&self, waiting: &[(I, usize, S)]) -> usize {
+        let (mut take, mut weight, mut bytes) = (0usize, 0usize, 0usize);
+        for (item, item_weight, _) in waiting {
+            let item_bytes = (self.weigh)(item);
+            if take > 0
+                && (weight.saturating_add(*item_weight) > self.max_weight
+                    || bytes.saturating_add(item_bytes) > self.max_bytes)
+            {
+                break;
+            }
+            take += 1;
+            weight = weight.saturating_add(*item_weight);
+            bytes = bytes.saturating_add(item_bytes);
+        }
+        take
+    }
+}
+
 /// Sends the batches of `key` until none is waiting, then removes the key (the next caller
-/// starts a new drain). `(weigh, max_bytes)` bound each batch's bytes.
+/// starts a new drain). `limits` bound each batch's weight and bytes.
 async fn drain<K, I, O, F, Fut>(
     queues: Arc<Mutex<HashMap<K, Queue<I, O>>>>,
     key: K,
-    (weigh, max_bytes): (fn(&I) -> usize, usize),
+    limits: Limits<I>,
     mut send: F,
 ) where
     K: Hash + Eq + Clone,
@@ -178,11 +244,13 @@ async fn drain<K, I, O, F, Fut>(
                 guard.key = None;
                 return;
             }
-            let weights = queue.waiting.iter().map(|(item, _)| weigh(item));
-            let take = round_len(weights, MAX_BATCH, max_bytes);
+            let take = limits.batch_len(&queue.waiting);
             queue.waiting.drain(..take).collect()
         };
-        let (items, senders): (Vec<I>, Vec<_>) = batch.into_iter().unzip();
+        let (items, senders): (Vec<I>, Vec<_>) = batch
+            .into_iter()
+            .map(|(item, _, sender)| (item, sender))
+            .unzip();
         let results = send(key.clone(), items).await;
         for (sender, result) in senders.into_iter().zip(results) {
             let _ = sender.send(result);
@@ -202,6 +270,22 @@ impl<K: Hash + Eq, I, O> Drop for RemoveOnDrop<'_, K, I, O> {
             self.queues.lock().remove(&key);
         }
     }
+}
+
+/// The positions of `partitions` grouped by partition, in the order each first appears.
+pub(crate) fn by_partition<'a>(
+    partitions: impl Iterator<Item = &'a Partition>,
+) -> Vec<(&'a Partition, Vec<usize>)> {
+    let mut groups: Vec<(&Partition, Vec<usize>)> = Vec::new();
+    let mut group_of: HashMap<&Partition, usize> = HashMap::new();
+    for (index, partition) in partitions.enumerate() {
+        let group = *group_of.entry(partition).or_insert_with(|| {
+            groups.push((partition, Vec::new()));
+            groups.len() - 1
+        });
+        groups[group].1.push(index);
+    }
+    groups
 }
 
 #[cfg(test)]
@@ -273,6 +357,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_never_weighs_more_than_its_limit_but_a_heavy_item_goes_alone() {
+        let batcher: Batcher<u32, usize, usize> = Batcher::with_max_weight(10);
+        let heaviest = Arc::new(AtomicUsize::new(0));
+        let callers = [3usize, 4, 5, 2, 25, 1, 6, 4].map(|weight| {
+            let (batcher, heaviest) = (batcher.clone(), Arc::clone(&heaviest));
+            tokio::spawn(async move {
+                batcher
+                    .submit_weighted("test", 1, weight, weight, move |_, items| {
+                        let heaviest = Arc::clone(&heaviest);
+                        async move {
+                            let total: usize = items.iter().sum();
+                            assert!(total <= 10 || items.len() == 1, "{items:?}");
+                            heaviest.fetch_max(total, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            items.into_iter().map(Ok).collect()
+                        }
+                    })
+                    .await
+            })
+        });
+        for (caller, weight) in futures::future::join_all(callers)
+            .await
+            .into_iter()
+            .zip([3usize, 4, 5, 2, 25, 1, 6, 4])
+        {
+            assert_eq!(caller.expect("no panic").expect("result"), weight);
+        }
+        assert_eq!(
+            heaviest.load(Ordering::Relaxed),
+            25,
+            "the heavy item went alone"
+        );
     }
 
     #[test]

@@ -4,12 +4,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_redis::{RedisConnection, ScriptCall};
+use delayq_redis::{RedisConnection, ScriptCall, TopologyKind};
 use redis::Value;
 
 use crate::error::StorageResult;
 use crate::model::{
-    AckOutcome, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome, StoreOptions,
+    AckOutcome, ClaimBatch, LeaseToken, NewTask, Partition, ScheduleMode, ScheduleOutcome,
+    StoreOptions,
 };
 
 use super::batch::Batcher;
@@ -18,6 +19,21 @@ use super::keys::PartitionKeys;
 use super::replication::Replication;
 use super::scripts::SCRIPTS;
 use super::RedisStoreOptions;
+
+/// The most tasks one claim call asks for, summed over the partitions that share it (a
+/// single claim may ask for more, up to `engine.claim_batch`, and then goes alone): bounds
+/// how long one call holds Redis.
+const MAX_CLAIM_TASKS: usize = 1024;
+
+/// One partition's claim, waiting to share a call with others (see [`RedisStore::group_of`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimRequest {
+    pub(crate) partition: Partition,
+    pub(crate) now_ms: u64,
+    pub(crate) limit: usize,
+    pub(crate) lease_deadline_ms: u64,
+    pub(crate) owner: String,
+}
 
 /// Pauses before the retries of an idempotent read that failed on a transient error.
 const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::from_millis(400)];
@@ -36,7 +52,7 @@ const READ_RETRY_DELAYS: [Duration; 2] = [Duration::from_millis(100), Duration::
 /// plus the queue registry `<prefix>:{cluster}:queues`. The record in `tasks` is a versioned
 /// text header followed by the payload (`1|generation|attempt|claim|due|scheduled due|error
 /// length|error payload`); completed tasks keep only the header. Every change is one Lua script
-/// called by SHA, with every key passed through `KEYS` and all in one slot, routed to the
+/// called with `FCALL` (or by SHA), with every key passed through `KEYS` and all in one slot, routed to the
 /// master of that slot.
 ///
 /// Reads are retried twice after a transient failure; changes are not (after a lost
@@ -50,11 +66,15 @@ pub struct RedisStore {
     pub(crate) producer: RedisConnection,
     /// Acks: the firing connection, or one of their own when acks wait for replicas.
     pub(crate) acker: RedisConnection,
-    /// Concurrent acks of one partition, sent together.
-    pub(crate) acks: Batcher<Partition, LeaseToken, AckOutcome>,
-    /// Concurrent single schedules of one partition and mode, sent together, at most 8 MiB
-    /// of payload per call (as a round of `schedule_many`).
-    pub(crate) schedules: Batcher<(Partition, ScheduleMode), NewTask, ScheduleOutcome>,
+    /// Concurrent acks, sent together: of one partition on a cluster, of all of them on a
+    /// single master (see [`RedisStore::group_of`]).
+    pub(crate) acks: Batcher<Option<Partition>, LeaseToken, AckOutcome>,
+    /// Concurrent claims, grouped like acks, weighed by their limits.
+    pub(crate) claims: Batcher<Option<Partition>, ClaimRequest, ClaimBatch>,
+    /// Concurrent single schedules of one mode, grouped like acks, at most 8 MiB of payload
+    /// per call (as a round of `schedule_many`).
+    pub(crate) schedules:
+        Batcher<(Option<Partition>, ScheduleMode), (Partition, NewTask), ScheduleOutcome>,
     pub(crate) prefix: Arc<str>,
     pub(crate) options: StoreOptions,
     /// The longest one operation may take: a failover, a response and a reconnection.
@@ -76,7 +96,8 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to Redis (any topology) and loads the scripts.
+    /// Connects to Redis (any topology) and loads the scripts (a Functions library, or
+    /// `EVALSHA` scripts where Functions cannot be used).
     ///
     /// Connection attempts are retried until `options.redis.timeouts.start` runs out, then
     /// fail with `ConnectionLost` (refused, unreachable) or `Timeout` (no answer). A refused
@@ -103,19 +124,29 @@ impl RedisStore {
             None => firing.clone(),
         };
         let deadline = timeouts.failover + timeouts.response + timeouts.connect;
-        within(deadline, firing.load_scripts(&SCRIPTS.all()))
-            .await
-            .map_err(|error| map_error(OPERATION, "", error))?;
+        // Each connection learns for itself whether the servers take Functions.
+        let load = |connection: &RedisConnection| {
+            let connection = connection.clone();
+            async move {
+                within(deadline, connection.load_library(&SCRIPTS.library))
+                    .await
+                    .map_err(|error| map_error(OPERATION, "", error))
+            }
+        };
+        tokio::try_join!(load(&firing), load(&producer))?;
+        if replication.is_some() {
+            load(&acker).await?;
+        }
         tracing::debug!(redis = %firing.describe(), prefix = %options.key_prefix, "connected to Redis");
         Ok(RedisStore {
             firing,
             producer,
             acker,
             acks: Batcher::default(),
-            schedules: Batcher::weighed(
-                super::schedule::PIPELINE_BYTES,
-                super::schedule::item_bytes,
-            ),
+            claims: Batcher::with_max_weight(MAX_CLAIM_TASKS),
+            schedules: Batcher::weighed(super::schedule::PIPELINE_BYTES, |(_, task)| {
+                super::schedule::item_bytes(task)
+            }),
             prefix: Arc::from(options.key_prefix),
             options: options.store,
             deadline,
@@ -127,6 +158,17 @@ impl RedisStore {
     /// The keys of `partition`.
     pub(crate) fn keys(&self, partition: &Partition) -> PartitionKeys {
         PartitionKeys::new(&self.prefix, partition)
+    }
+
+    /// Which concurrent calls of `partition` may share one script call: on a Redis Cluster
+    /// those of the same partition (a call touches one slot); on a single master (one
+    /// server, Sentinel) all of them (`None`), since most of a call's cost is the call itself
+    /// and the scripts take several partitions.
+    pub(crate) fn group_of(&self, partition: &Partition) -> Option<Partition> {
+        match self.firing.kind() {
+            TopologyKind::Cluster => Some(partition.clone()),
+            TopologyKind::Standalone | TopologyKind::Sentinel => None,
+        }
     }
 
     /// Runs one script call on the firing connection (routed by `KEYS[1]`, reloaded on

@@ -1,17 +1,20 @@
-//! The life of a claim: `claim_due`, `ack`, `fail`, `renew`, `requeue_expired`, and the
-//! read-only `peek_window` that feeds prefetching.
+//! The life of a claimed task: `ack` (several partitions per call on a single master),
+//! `fail`, `renew`, `requeue_expired`, `look`, and the read-only `peek_window` that feeds
+//! prefetching. Claims are in `claim.rs`.
 
 use delayq_redis::ScriptCall;
 use redis::Value;
 
 use crate::error::{StorageError, StorageResult};
 use crate::model::{
-    validate_due, AckOutcome, ClaimBatch, ClaimedTask, FailAction, FailOutcome, LeaseToken,
-    LookReport, LookRequest, Partition, TaskId,
+    validate_due, AckOutcome, FailAction, FailOutcome, LeaseToken, LookReport, LookRequest,
+    Partition, TaskId,
 };
 
+use super::batch::by_partition;
 use super::connection::RedisStore;
 use super::error_map::{copy_error, is_stale, map_error, unexpected_reply};
+use super::keys::PartitionKeys;
 use super::record::Record;
 use super::reply::{
     array, bytes, expect_array, expect_number, number, scored_pairs, task_id, text,
@@ -22,107 +25,6 @@ use super::scripts::SCRIPTS;
 pub(crate) const MAX_ERROR_BYTES: usize = 4096;
 
 impl RedisStore {
-    pub(crate) async fn claim(
-        &self,
-        partition: &Partition,
-        now_ms: u64,
-        limit: usize,
-        lease_deadline_ms: u64,
-        owner: &str,
-    ) -> StorageResult<ClaimBatch> {
-        const OPERATION: &str = "claim_due";
-        let keys = self.keys(partition);
-        let call = ScriptCall::new(&SCRIPTS.claim_due)
-            .key(&keys.due)
-            .key(&keys.tasks)
-            .key(&keys.inflight)
-            .key(&keys.dead)
-            .key(&keys.receipt)
-            .key(&keys.paused)
-            .arg(now_ms)
-            .arg(limit)
-            .arg(lease_deadline_ms)
-            .arg(owner)
-            .arg(self.options.max_claim_bytes);
-        let reply = self
-            .invoke(&call)
-            .await
-            .map_err(|error| map_error(OPERATION, &keys.tasks, error))?;
-        let mut values = expect_array(OPERATION, reply)?.into_iter();
-        let next_due_ms = match values.next() {
-            None | Some(Value::Nil) | Some(Value::Boolean(false)) => None,
-            Some(value) => Some(expect_number(OPERATION, &value, "the next due time")?),
-        };
-        let claimed = match values.next() {
-            Some(Value::Int(-1)) => {
-                return Ok(ClaimBatch {
-                    paused: true,
-                    ..ClaimBatch::default()
-                })
-            }
-            Some(count) => expect_number(OPERATION, &count, "the claimed count")?,
-            None => return Err(unexpected_reply(OPERATION, "no claimed count")),
-        };
-        let tasks = claimed_tasks(
-            partition,
-            &keys.tasks,
-            values.by_ref().take(2 * claimed as usize),
-        );
-        let mut dead_lettered = Vec::new();
-        while let (Some(id), Some(reason)) = (values.next(), values.next()) {
-            let reason = text(reason).unwrap_or_default();
-            match task_id(&keys.due, id) {
-                Ok(id) => {
-                    tracing::warn!(%partition, %id, reason, "a due record could not be decoded: moved to the dead letters");
-                    dead_lettered.push((id, reason));
-                }
-                Err(error) => {
-                    tracing::warn!(%partition, %error, "a poisoned record with an unreadable id was dead-lettered")
-                }
-            }
-        }
-        tracing::trace!(%partition, owner, claimed = tasks.len(), ?next_due_ms, "claimed");
-        Ok(ClaimBatch {
-            tasks,
-            next_due_ms,
-            dead_lettered,
-            paused: false,
-        })
-    }
-
-    pub(crate) async fn recover(
-        &self,
-        partition: &Partition,
-        owner: &str,
-        lease_deadline_ms: u64,
-    ) -> StorageResult<ClaimBatch> {
-        const OPERATION: &str = "recover_claim";
-        let keys = self.keys(partition);
-        // Reads only: retried like a read.
-        let reply = self
-            .read(OPERATION, &keys.tasks, |connection| {
-                let call = ScriptCall::new(&SCRIPTS.recover_claim)
-                    .key(&keys.tasks)
-                    .key(&keys.inflight)
-                    .key(&keys.receipt)
-                    .arg(owner)
-                    .arg(lease_deadline_ms);
-                async move { connection.run_script(&call).await }
-            })
-            .await?;
-        let values = expect_array(OPERATION, reply)?;
-        let tasks = claimed_tasks(partition, &keys.tasks, values.into_iter());
-        if !tasks.is_empty() {
-            tracing::info!(%partition, owner, recovered = tasks.len(), "recovered the tasks of a claim whose reply was lost");
-        }
-        Ok(ClaimBatch {
-            tasks,
-            next_due_ms: None,
-            dead_lettered: Vec::new(),
-            paused: false,
-        })
-    }
-
     pub(crate) async fn peek(
         &self,
         partition: &Partition,
@@ -169,11 +71,11 @@ impl RedisStore {
             .acks
             .submit(
                 "ack",
-                token.partition.clone(),
+                self.group_of(&token.partition),
                 token.clone(),
-                move |partition, tokens| {
+                move |_, tokens| {
                     let store = store.clone();
-                    async move { store.ack_batch(&partition, tokens).await }
+                    async move { store.ack_batch(tokens).await }
                 },
             )
             .await?;
@@ -183,59 +85,58 @@ impl RedisStore {
         }
     }
 
-    /// Acks tokens of one partition in one script call; one result per token.
-    async fn ack_batch(
-        &self,
-        partition: &Partition,
-        tokens: Vec<LeaseToken>,
-    ) -> Vec<StorageResult<AckOutcome>> {
+    /// Acks tokens of one or more partitions in one script call; one result per token.
+    async fn ack_batch(&self, tokens: Vec<LeaseToken>) -> Vec<StorageResult<AckOutcome>> {
         const OPERATION: &str = "ack";
-        let keys = self.keys(partition);
-        let mut call = ScriptCall::new(&SCRIPTS.ack)
-            .key(&keys.tasks)
-            .key(&keys.inflight)
-            .key(&keys.done)
-            .arg(self.options.executed_retention_ms);
-        for token in &tokens {
+        let groups = by_partition(tokens.iter().map(|token| &token.partition));
+        let keys: Vec<PartitionKeys> = groups
+            .iter()
+            .map(|(partition, _)| self.keys(partition))
+            .collect();
+        let mut call = ScriptCall::new(&SCRIPTS.ack).arg(self.options.executed_retention_ms);
+        for ((_, members), keys) in groups.iter().zip(&keys) {
             call = call
-                .arg(token.id.as_str())
-                .arg(token.generation)
-                .arg(token.claim);
+                .key(&keys.tasks)
+                .key(&keys.inflight)
+                .key(&keys.done)
+                .arg(members.len());
+            for &index in members {
+                let token = &tokens[index];
+                call = call
+                    .arg(token.id.as_str())
+                    .arg(token.generation)
+                    .arg(token.claim);
+            }
         }
+        let mut results: Vec<Option<StorageResult<AckOutcome>>> =
+            tokens.iter().map(|_| None).collect();
         let verdicts = match self.invoke_on(&self.acker, &call).await {
             Ok(reply) => array(reply).filter(|verdicts| verdicts.len() == tokens.len()),
             Err(error) => {
-                return tokens
-                    .iter()
-                    .map(|_| Err(map_error(OPERATION, &keys.tasks, copy_error(&error))))
-                    .collect()
+                for ((_, members), keys) in groups.iter().zip(&keys) {
+                    for &index in members {
+                        results[index] =
+                            Some(Err(map_error(OPERATION, &keys.tasks, copy_error(&error))));
+                    }
+                }
+                None
             }
         };
-        let Some(verdicts) = verdicts else {
-            return tokens
-                .iter()
-                .map(|_| Err(unexpected_reply(OPERATION, "not one verdict per token")))
-                .collect();
-        };
-        tokens
-            .iter()
-            .zip(verdicts)
-            .map(|(token, verdict)| {
-                let verdict = text(verdict).unwrap_or_default();
-                match verdict.split_at(verdict.len().min(1)) {
-                    ("C", _) => Ok(AckOutcome::Completed),
-                    ("S", _) => Ok(AckOutcome::Superseded),
-                    ("L", _) => Err(StorageError::StaleLease {
-                        partition: token.partition.to_string(),
-                        id: token.id.to_string(),
-                    }),
-                    ("X", reason) => Err(StorageError::CorruptRecord {
-                        key: keys.tasks.clone(),
-                        field: token.id.to_string(),
-                        reason: reason.to_owned(),
-                    }),
-                    _ => Err(unexpected_reply(OPERATION, format!("verdict {verdict:?}"))),
+        if let Some(verdicts) = verdicts {
+            let mut verdicts = verdicts.into_iter();
+            for ((_, members), keys) in groups.iter().zip(&keys) {
+                for &index in members {
+                    let verdict = verdicts.next().and_then(text).unwrap_or_default();
+                    results[index] = Some(ack_verdict(&tokens[index], &keys.tasks, &verdict));
                 }
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(unexpected_reply(OPERATION, "not one verdict per token"))
+                })
             })
             .collect()
     }
@@ -399,43 +300,6 @@ impl RedisStore {
     }
 }
 
-/// The `(id, record)` pairs of a claim reply as tasks. A pair that cannot be read is logged
-/// and left out, never failing the others: they are in flight already, and the one left out
-/// comes back when its lease runs out.
-fn claimed_tasks(
-    partition: &Partition,
-    tasks_key: &str,
-    mut values: impl Iterator<Item = Value>,
-) -> Vec<ClaimedTask> {
-    let mut tasks = Vec::new();
-    while let (Some(id), Some(raw)) = (values.next(), values.next()) {
-        let task = task_id(tasks_key, id).and_then(|id| {
-            let record = decode(tasks_key, &id, raw)?;
-            let due_ms = explicit_due(tasks_key, &id, &record)?;
-            Ok(ClaimedTask {
-                token: LeaseToken {
-                    partition: partition.clone(),
-                    id: id.clone(),
-                    generation: record.generation,
-                    claim: record.claim,
-                },
-                id,
-                due_ms,
-                attempt: record.attempt,
-                generation: record.generation,
-                payload: record.payload,
-            })
-        });
-        match task {
-            Ok(task) => tasks.push(task),
-            Err(error) => {
-                tracing::error!(%partition, %error, "a claimed task could not be read; it comes back when its lease runs out")
-            }
-        }
-    }
-    tasks
-}
-
 /// Decodes a record read from `tasks_key` field `id`.
 pub(crate) fn decode(tasks_key: &str, id: &TaskId, raw: Value) -> StorageResult<Record> {
     let raw = bytes(raw).ok_or_else(|| StorageError::CorruptRecord {
@@ -488,6 +352,24 @@ fn truncate(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// One verdict of `ack.lua` for `token`.
+fn ack_verdict(token: &LeaseToken, tasks_key: &str, verdict: &str) -> StorageResult<AckOutcome> {
+    match verdict.split_at(verdict.len().min(1)) {
+        ("C", _) => Ok(AckOutcome::Completed),
+        ("S", _) => Ok(AckOutcome::Superseded),
+        ("L", _) => Err(StorageError::StaleLease {
+            partition: token.partition.to_string(),
+            id: token.id.to_string(),
+        }),
+        ("X", reason) => Err(StorageError::CorruptRecord {
+            key: tasks_key.to_owned(),
+            field: token.id.to_string(),
+            reason: reason.to_owned(),
+        }),
+        _ => Err(unexpected_reply("ack", format!("verdict {verdict:?}"))),
+    }
 }
 
 #[cfg(test)]

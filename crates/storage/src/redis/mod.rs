@@ -25,7 +25,8 @@
 //! (`drop_queue.rs`).
 //!
 //! Every change is one Lua script (`lua/*.lua`, each with its `KEYS`/`ARGV`/reply contract on
-//! top), called by SHA; every key it touches arrives through `KEYS`, and all of them share one
+//! top), a function of one Redis Functions library called with `FCALL` (or, on Redis 6, a
+//! script called by SHA: `scripts.rs`); every key it touches arrives through `KEYS`, and all of them share one
 //! slot.
 //!
 //! # Topologies
@@ -83,6 +84,7 @@
 
 mod admin;
 mod batch;
+mod claim;
 mod connection;
 mod controls;
 mod drop_queue;

@@ -189,18 +189,11 @@ impl RecurringStore for RedisStore {
         const OPERATION: &str = "create_tick";
         self.validate(&task)?;
         let keys = self.keys(partition);
-        let call = ScriptCall::new(&SCRIPTS.schedule)
-            .key(&keys.due)
-            .key(&keys.tasks)
-            .key(&keys.inflight)
-            .key(&keys.done)
-            .key(&keys.dead)
-            .key(&keys.ticks)
-            .arg("tick")
-            .arg(self.options.executed_retention_ms)
-            .arg(task.id.as_str())
-            .arg(task.due_ms)
-            .arg(task.payload.as_ref());
+        let call = super::schedule::schedule_call(
+            &[(&keys, vec![&task])],
+            "tick",
+            self.options.executed_retention_ms,
+        );
         let reply = self
             .invoke_on(&self.producer, &call)
             .await

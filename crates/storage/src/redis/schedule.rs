@@ -14,10 +14,9 @@
 //! `wait_replicas`, each round's items are reported once the replicas of their masters
 //! confirmed them.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use delayq_redis::ScriptCall;
+use delayq_redis::{ScriptCall, TopologyKind};
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use redis::Value;
@@ -26,7 +25,7 @@ use crate::error::{StorageError, StorageResult};
 use crate::model::{validate_due, NewTask, Partition, ScheduleMode, ScheduleOutcome, TaskId};
 use crate::store::ItemResult;
 
-use super::batch::round_len;
+use super::batch::{by_partition, round_len};
 use super::connection::{within, RedisStore};
 use super::error_map::{copy_error, map_error, unexpected_reply};
 use super::keys::PartitionKeys;
@@ -70,48 +69,68 @@ impl RedisStore {
         self.schedules
             .submit(
                 "schedule",
-                (partition.clone(), mode),
-                task,
-                move |(partition, mode), tasks| {
+                (self.group_of(partition), mode),
+                (partition.clone(), task),
+                move |(_, mode), items| {
                     let store = store.clone();
-                    async move { store.schedule_call(&partition, mode, tasks).await }
+                    async move { store.schedule_call(mode, items).await }
                 },
             )
             .await
     }
 
-    /// Schedules validated tasks of one partition in one script call; one result per task.
-    /// With `wait_replicas`, the stored ones are reported once the replicas confirmed them.
+    /// Schedules validated tasks (of one or more partitions) in one script call; one result
+    /// per task. With `wait_replicas`, the stored ones are reported once the replicas
+    /// confirmed them.
     async fn schedule_call(
         &self,
-        partition: &Partition,
         mode: ScheduleMode,
-        tasks: Vec<NewTask>,
+        items: Vec<(Partition, NewTask)>,
     ) -> Vec<ItemResult> {
         const OPERATION: &str = "schedule";
-        let keys = self.keys(partition);
-        let members: Vec<&NewTask> = tasks.iter().collect();
-        let call = schedule_call(&keys, &members, mode, self.options.executed_retention_ms);
-        let outcomes = match self.invoke_on(&self.producer, &call).await {
-            Ok(reply) => parse_outcomes(
-                OPERATION,
-                &keys.tasks,
-                reply,
-                tasks.iter().map(|task| &task.id),
-            ),
-            Err(error) => {
-                return tasks
-                    .iter()
-                    .map(|_| Err(map_error(OPERATION, &keys.tasks, copy_error(&error))))
-                    .collect()
+        let groups = by_partition(items.iter().map(|(partition, _)| partition));
+        let keys: Vec<PartitionKeys> = groups
+            .iter()
+            .map(|(partition, _)| self.keys(partition))
+            .collect();
+        let call_groups: Vec<(&PartitionKeys, Vec<&NewTask>)> = groups
+            .iter()
+            .zip(&keys)
+            .map(|((_, members), keys)| (keys, members.iter().map(|&i| &items[i].1).collect()))
+            .collect();
+        let call = schedule_call(
+            &call_groups,
+            mode_arg(mode),
+            self.options.executed_retention_ms,
+        );
+        let mut results: Vec<Option<ItemResult>> = items.iter().map(|_| None).collect();
+        match self.invoke_on(&self.producer, &call).await {
+            Ok(reply) => {
+                let parsed = parse_grouped(OPERATION, &groups, &keys, reply, |i| &items[i].1.id);
+                for (index, result) in parsed {
+                    results[index] = Some(result);
+                }
             }
+            Err(error) => {
+                for ((_, members), keys) in groups.iter().zip(&keys) {
+                    for &index in members {
+                        results[index] =
+                            Some(Err(map_error(OPERATION, &keys.tasks, copy_error(&error))));
+                    }
+                }
+            }
+        }
+        let outcomes: Vec<ItemResult> = results
+            .into_iter()
+            .map(|result| {
+                result
+                    .unwrap_or_else(|| Err(unexpected_reply(OPERATION, "not one verdict per task")))
+            })
+            .collect();
+        let Some((partition, _)) = groups.first() else {
+            return outcomes;
         };
-        let outcomes = outcomes.unwrap_or_else(|_| {
-            tasks
-                .iter()
-                .map(|_| Err(unexpected_reply(OPERATION, "not one verdict per task")))
-                .collect()
-        });
+        // One master per call: one WAIT confirms all of it.
         match self.confirm(Writer::Producer, partition, OPERATION).await {
             Ok(()) => outcomes,
             Err(error) => unconfirmed(outcomes, &error),
@@ -176,30 +195,38 @@ impl RedisStore {
             .collect())
     }
 
-    /// Sends one round: one script call per partition group, grouped by slot by the
-    /// connection layer. Returns an outcome per item.
+    /// Sends one round: on a single master one script call for all of it; on a cluster one
+    /// call per partition, grouped by slot by the connection layer. Returns an outcome per
+    /// item.
     async fn send_round(
         &self,
         items: &[(Partition, NewTask)],
         pipeline: &[usize],
         mode: ScheduleMode,
     ) -> Vec<(usize, ItemResult)> {
-        let mut group_of: HashMap<&Partition, usize> = HashMap::new();
-        let mut groups: Vec<(&Partition, PartitionKeys, Vec<usize>)> = Vec::new();
-        for &index in pipeline {
-            let partition = &items[index].0;
-            let group = *group_of.entry(partition).or_insert_with(|| {
-                groups.push((partition, self.keys(partition), Vec::new()));
-                groups.len() - 1
-            });
-            groups[group].2.push(index);
-        }
-        let retention = self.options.executed_retention_ms;
-        let calls: Vec<ScriptCall<'_>> = groups
+        // Groups of round positions, by partition; then the groups of each call.
+        let groups = by_partition(pipeline.iter().map(|&index| &items[index].0));
+        let keys: Vec<PartitionKeys> = groups
             .iter()
-            .map(|(_, keys, members)| {
-                let tasks: Vec<&NewTask> = members.iter().map(|&index| &items[index].1).collect();
-                schedule_call(keys, &tasks, mode, retention)
+            .map(|(partition, _)| self.keys(partition))
+            .collect();
+        let calls_of_groups: Vec<Vec<usize>> = match self.firing.kind() {
+            TopologyKind::Cluster => (0..groups.len()).map(|group| vec![group]).collect(),
+            TopologyKind::Standalone | TopologyKind::Sentinel => vec![(0..groups.len()).collect()],
+        };
+        let retention = self.options.executed_retention_ms;
+        let item_of = |position: usize| &items[pipeline[position]].1;
+        let calls: Vec<ScriptCall<'_>> = calls_of_groups
+            .iter()
+            .map(|members| {
+                let call_groups: Vec<(&PartitionKeys, Vec<&NewTask>)> = members
+                    .iter()
+                    .map(|&group| {
+                        let tasks = groups[group].1.iter().map(|&p| item_of(p)).collect();
+                        (&keys[group], tasks)
+                    })
+                    .collect();
+                schedule_call(&call_groups, mode_arg(mode), retention)
             })
             .collect();
         let replies = match within(self.deadline, async {
@@ -210,21 +237,20 @@ impl RedisStore {
             Ok(replies) if replies.len() == calls.len() => replies,
             Ok(_) => {
                 let mismatch = || unexpected_reply(OPERATION, "not one reply per script call");
-                return groups
+                return pipeline
                     .iter()
-                    .flat_map(|(_, _, members)| {
-                        members.iter().map(move |&index| (index, Err(mismatch())))
-                    })
+                    .map(|&index| (index, Err(mismatch())))
                     .collect();
             }
             Err(error) => {
                 return groups
                     .iter()
-                    .flat_map(|(_, keys, members)| {
+                    .zip(&keys)
+                    .flat_map(|((_, members), keys)| {
                         let error = &error;
-                        members.iter().map(move |&index| {
+                        members.iter().map(move |&position| {
                             (
-                                index,
+                                pipeline[position],
                                 Err(map_error(OPERATION, &keys.tasks, copy_error(error))),
                             )
                         })
@@ -233,73 +259,119 @@ impl RedisStore {
             }
         };
 
-        let mut per_group: Vec<Vec<ItemResult>> = Vec::with_capacity(groups.len());
-        for ((_, keys, members), reply) in groups.iter().zip(replies) {
-            let results = match reply {
+        let mut outcomes = Vec::with_capacity(pipeline.len());
+        let mut confirmations = Vec::new();
+        for (members, reply) in calls_of_groups.iter().zip(replies) {
+            let call_groups: Vec<(&Partition, Vec<usize>)> =
+                members.iter().map(|&group| groups[group].clone()).collect();
+            let call_keys: Vec<PartitionKeys> =
+                members.iter().map(|&group| keys[group].clone()).collect();
+            let results: Vec<(usize, ItemResult)> = match reply {
                 Ok(reply) => {
-                    let ids = members.iter().map(|&index| &items[index].1.id);
-                    parse_outcomes(OPERATION, &keys.tasks, reply, ids).unwrap_or_else(|_| {
-                        members
-                            .iter()
-                            .map(|_| Err(unexpected_reply(OPERATION, "malformed schedule reply")))
-                            .collect()
+                    parse_grouped(OPERATION, &call_groups, &call_keys, reply, |position| {
+                        &item_of(position).id
                     })
                 }
-                Err(error) => members
+                Err(error) => call_groups
                     .iter()
-                    .map(|_| Err(map_error(OPERATION, &keys.tasks, copy_error(&error))))
+                    .zip(&call_keys)
+                    .flat_map(|((_, positions), keys)| {
+                        let error = &error;
+                        positions.iter().map(move |&position| {
+                            (
+                                position,
+                                Err(map_error(OPERATION, &keys.tasks, copy_error(error))),
+                            )
+                        })
+                    })
                     .collect(),
             };
-            per_group.push(results);
+            let wrote = results.iter().any(|(_, result)| result.is_ok());
+            confirmations.push((call_groups[0].0, wrote));
+            outcomes.push(results);
         }
-
-        // With wait_replicas: one WAIT per master (per slot on a cluster) that took writes.
-        let confirmations = join_all(groups.iter().zip(&per_group).map(
-            |((partition, _, _), results)| async move {
-                if results.iter().any(Result::is_ok) {
-                    self.confirm(Writer::Producer, partition, OPERATION).await
-                } else {
-                    Ok(())
-                }
-            },
-        ))
+        // With wait_replicas: one WAIT per call (per master, per slot on a cluster) that
+        // took writes.
+        let confirmed = join_all(confirmations.iter().map(|&(partition, wrote)| async move {
+            if wrote {
+                self.confirm(Writer::Producer, partition, OPERATION).await
+            } else {
+                Ok(())
+            }
+        }))
         .await;
-        let mut outcomes = Vec::with_capacity(pipeline.len());
-        for (((_, _, members), results), confirmation) in
-            groups.iter().zip(per_group).zip(confirmations)
-        {
-            let results = match confirmation {
-                Ok(()) => results,
-                Err(error) => unconfirmed(results, &error),
-            };
-            outcomes.extend(members.iter().copied().zip(results));
-        }
         outcomes
+            .into_iter()
+            .zip(confirmed)
+            .flat_map(|(results, confirmation)| {
+                let (positions, results): (Vec<usize>, Vec<ItemResult>) =
+                    results.into_iter().unzip();
+                let results = match confirmation {
+                    Ok(()) => results,
+                    Err(error) => unconfirmed(results, &error),
+                };
+                positions
+                    .into_iter()
+                    .map(|position| pipeline[position])
+                    .zip(results)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 }
 
-/// `schedule.lua` on `keys` with `mode`, retention, then `(<id> <due> <payload>)...`.
-fn schedule_call<'a>(
-    keys: &PartitionKeys,
-    tasks: &[&NewTask],
-    mode: ScheduleMode,
+/// `schedule.lua` with `mode`, retention, then per partition (its six keys) the count of its
+/// tasks and their `(<id> <due> <payload>)`s.
+pub(crate) fn schedule_call<'a>(
+    groups: &[(&PartitionKeys, Vec<&NewTask>)],
+    mode: &str,
     retention_ms: u64,
 ) -> ScriptCall<'a> {
     let mut call = ScriptCall::new(&SCRIPTS.schedule)
-        .key(&keys.due)
-        .key(&keys.tasks)
-        .key(&keys.inflight)
-        .key(&keys.done)
-        .key(&keys.dead)
-        .arg(mode_arg(mode))
+        .arg(mode)
         .arg(retention_ms);
-    for task in tasks {
+    for (keys, tasks) in groups {
         call = call
-            .arg(task.id.as_str())
-            .arg(task.due_ms)
-            .arg(task.payload.as_ref());
+            .key(&keys.due)
+            .key(&keys.tasks)
+            .key(&keys.inflight)
+            .key(&keys.done)
+            .key(&keys.dead)
+            .key(&keys.ticks)
+            .arg(tasks.len());
+        for task in tasks {
+            call = call
+                .arg(task.id.as_str())
+                .arg(task.due_ms)
+                .arg(task.payload.as_ref());
+        }
     }
     call
+}
+
+/// The flat verdicts of one call over `groups` (each: a partition and the positions of its
+/// items, `keys` alike), as (position, outcome) in group order.
+fn parse_grouped<'a>(
+    operation: &'static str,
+    groups: &[(&Partition, Vec<usize>)],
+    keys: &[PartitionKeys],
+    reply: Value,
+    id_of: impl Fn(usize) -> &'a TaskId,
+) -> Vec<(usize, ItemResult)> {
+    let total: usize = groups.iter().map(|(_, members)| members.len()).sum();
+    let verdicts = array(reply).filter(|verdicts| verdicts.len() == total);
+    let mut verdicts = verdicts.map(Vec::into_iter);
+    let mut outcomes = Vec::with_capacity(total);
+    for ((_, members), keys) in groups.iter().zip(keys) {
+        for &position in members {
+            let outcome = match verdicts.as_mut().and_then(Iterator::next).and_then(text) {
+                Some(verdict) => parse_verdict(operation, &keys.tasks, id_of(position), &verdict),
+                None => Err(unexpected_reply(operation, "not one verdict per item")),
+            };
+            outcomes.push((position, outcome));
+        }
+    }
+    outcomes
 }
 
 /// The stored items of `results` fail with a copy of `error` (too few replicas confirmed
@@ -371,27 +443,6 @@ fn mode_arg(mode: ScheduleMode) -> &'static str {
         ScheduleMode::Earlier => "earlier",
         ScheduleMode::Later => "later",
     }
-}
-
-/// Reads the script's verdicts, one per id: `C`, `R<previous due>`, `K<due>`, `D`,
-/// `X<reason>`.
-fn parse_outcomes<'a>(
-    operation: &'static str,
-    tasks_key: &str,
-    reply: Value,
-    ids: impl IntoIterator<Item = &'a TaskId>,
-) -> StorageResult<Vec<ItemResult>> {
-    let values = array(reply).ok_or_else(|| unexpected_reply(operation, "expected an array"))?;
-    let mut values = values.into_iter();
-    let mut results = Vec::new();
-    for id in ids {
-        let verdict = values
-            .next()
-            .and_then(text)
-            .ok_or_else(|| unexpected_reply(operation, "fewer verdicts than items"))?;
-        results.push(parse_verdict(operation, tasks_key, id, &verdict));
-    }
-    Ok(results)
 }
 
 /// One verdict of `schedule.lua` (`C`, `R<previous due>`, `K<due>`, `D`, `X<reason>`) for `id`.
