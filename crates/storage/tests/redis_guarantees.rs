@@ -176,8 +176,8 @@ async fn queues_of_the_old_registry_key_are_merged_once_on_upgrade() {
 async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
     const TASKS: usize = 40;
     const PAYLOAD: usize = 1_000_000;
-    /// `EVALSHA sha 5 <5 keys> mode retention`, then 3 arguments per item.
-    const CALL_ARGS: usize = 10;
+    /// `FCALL name 6 <6 keys> mode retention count`, then 3 arguments per item.
+    const CALL_ARGS: usize = 12;
     let (server, store) = start().await;
     let mut connection = server.client().get_connection().expect("connect");
     for (name, value) in [
@@ -244,11 +244,12 @@ async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
             continue;
         };
         let args: Vec<String> = args.iter().map(text).collect();
-        let is_schedule = args
-            .first()
-            .is_some_and(|name| name.eq_ignore_ascii_case("evalsha"))
-            && args.get(2).map(String::as_str) == Some("5")
-            && args.get(8).map(String::as_str) == Some("upsert");
+        // FCALL (or EVALSHA) name 6 <6 keys> upsert <retention> <count> (id due payload)...:
+        // one partition per call here.
+        let is_schedule = args.first().is_some_and(|name| {
+            name.eq_ignore_ascii_case("fcall") || name.eq_ignore_ascii_case("evalsha")
+        }) && args.get(2).map(String::as_str) == Some("6")
+            && args.get(9).map(String::as_str) == Some("upsert");
         if !is_schedule {
             continue;
         }
