@@ -84,9 +84,31 @@ pub(super) struct StreamingReport {
     pub(super) lateness_after_stream_ms: Quantiles,
     /// This process's CPU (producer and all nodes) while streaming, % of one core.
     pub(super) bench_cpu_pct: Option<f64>,
+    /// How busy the machine was (other processes included) when the stream ended.
+    pub(super) machine: MachineLoad,
+    /// Lateness by the second of the run each fire happened in (0: the stream's first).
+    pub(super) by_second: Vec<SecondFigures>,
     pub(super) pass: bool,
     /// Each master's work while streaming (schedules and the fires meanwhile), per scheduled task.
     pub(super) redis_masters: Option<Vec<MasterWork>>,
+}
+
+/// The machine's load at a moment (Linux; `None` where it cannot be read).
+#[derive(Serialize)]
+pub(super) struct MachineLoad {
+    pub(super) load_avg_1m: Option<f64>,
+    /// `/proc/pressure/cpu` `some avg10`: % of the last 10 s with a runnable task waiting.
+    pub(super) cpu_pressure_some_pct: Option<f64>,
+}
+
+/// The fires of one second of a streaming run.
+#[derive(Serialize)]
+pub(super) struct SecondFigures {
+    pub(super) second: u64,
+    pub(super) fires: u64,
+    pub(super) p50_ms: u64,
+    pub(super) p99_ms: u64,
+    pub(super) max_ms: u64,
 }
 
 #[derive(Serialize)]
@@ -254,6 +276,21 @@ impl StreamingReport {
         if let Some(cpu) = self.bench_cpu_pct {
             println!("  process   {cpu} % of one core while streaming (producer and nodes)");
         }
+        let shown = |value: Option<f64>| value.map_or("n/a".to_owned(), |v| v.to_string());
+        println!(
+            "  machine   load average {}, CPU pressure {} % (some, last 10 s) as the stream ended",
+            shown(self.machine.load_avg_1m),
+            shown(self.machine.cpu_pressure_some_pct)
+        );
+        let seconds: Vec<String> = self
+            .by_second
+            .iter()
+            .map(|s| format!("{}:{}", s.second, s.p99_ms))
+            .collect();
+        println!(
+            "  p99/s     {} (second of the run: p99 ms)",
+            seconds.join(" ")
+        );
         println!(
             "  target    p99 <= {TARGET_STREAM_P99_MS} ms while streaming at >= 95 % of the rate: {}",
             verdict(self.pass)

@@ -36,6 +36,10 @@ pub(super) struct StreamProbe {
     pub(super) ended_ms: AtomicU64,
     /// Set when the stream has ended (for the handler's cheap check).
     pub(super) ended: AtomicBool,
+    /// When the stream started (cluster ms; 0 until then).
+    pub(super) started_ms: AtomicU64,
+    /// Lateness by the second (since the stream started) each fire happened in.
+    pub(super) by_second: Mutex<Vec<Histogram<u64>>>,
 }
 
 impl Default for StreamProbe {
@@ -47,6 +51,8 @@ impl Default for StreamProbe {
             early: AtomicU64::new(0),
             ended_ms: AtomicU64::new(u64::MAX),
             ended: AtomicBool::new(false),
+            started_ms: AtomicU64::new(0),
+            by_second: Mutex::new(Vec::new()),
         }
     }
 }
@@ -63,8 +69,20 @@ pub(super) fn streaming_handler(
         let lateness = task.fired_ms.saturating_sub(task.due_ms);
         let after = stream.ended.load(Ordering::Relaxed)
             && task.fired_ms >= stream.ended_ms.load(Ordering::Relaxed);
-        let histogram = if after { &stream.after } else { &stream.during };
-        lock(histogram).saturating_record(lateness);
+        let phase = if after { &stream.after } else { &stream.during };
+        lock(phase).saturating_record(lateness);
+        let second = task
+            .fired_ms
+            .saturating_sub(stream.started_ms.load(Ordering::Relaxed))
+            / 1_000;
+        // Seconds beyond an hour are not kept (the stream is seconds long).
+        if let Ok(second @ 0..=3_600) = usize::try_from(second) {
+            let mut seconds = lock(&stream.by_second);
+            if seconds.len() <= second {
+                seconds.resize_with(second + 1, histogram);
+            }
+            seconds[second].saturating_record(lateness);
+        }
         stream.deliveries.fetch_add(1, Ordering::Relaxed);
         std::future::ready(Ok(()))
     }
@@ -89,8 +107,13 @@ pub(super) async fn streaming(
 ) -> Result<StreamingReport, BoxError> {
     let before: Option<Vec<MasterSample>> = sample_masters(masters).await;
     let cpu_before = process_cpu_ms();
+    probe
+        .streaming
+        .started_ms
+        .store(nodes[0].now_ms(), Ordering::Relaxed);
     let produced = produce(args, nodes).await;
     let cpu_stream = process_cpu_ms();
+    let machine = machine_load();
     let stream = &probe.streaming;
     stream.ended_ms.store(nodes[0].now_ms(), Ordering::Relaxed);
     stream.ended.store(true, Ordering::Relaxed);
@@ -130,6 +153,18 @@ pub(super) async fn streaming(
         lateness_ms: during,
         lateness_after_stream_ms: Quantiles::of(&lock(&stream.after)),
         bench_cpu_pct,
+        machine,
+        by_second: lock(&stream.by_second)
+            .iter()
+            .enumerate()
+            .map(|(second, histogram)| SecondFigures {
+                second: second as u64,
+                fires: histogram.len(),
+                p50_ms: histogram.value_at_quantile(0.5),
+                p99_ms: histogram.value_at_quantile(0.99),
+                max_ms: histogram.max(),
+            })
+            .collect(),
         redis_masters,
     })
 }
@@ -194,5 +229,27 @@ async fn produce(args: &BenchArgs, nodes: &[Scheduler]) -> Produced {
         skipped,
         secs,
         call_us,
+    }
+}
+
+/// The machine's load at the end of the stream (Linux): the 1-minute load average and the
+/// share of the last 10 s in which some runnable task waited for a CPU (`/proc/pressure/cpu`).
+fn machine_load() -> MachineLoad {
+    let load_avg_1m = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse().ok());
+    let cpu_pressure_some_pct =
+        std::fs::read_to_string("/proc/pressure/cpu")
+            .ok()
+            .and_then(|text| {
+                let some = text.lines().find(|line| line.starts_with("some"))?;
+                let avg10 = some
+                    .split_whitespace()
+                    .find_map(|f| f.strip_prefix("avg10="))?;
+                avg10.parse().ok()
+            });
+    MachineLoad {
+        load_avg_1m,
+        cpu_pressure_some_pct,
     }
 }
