@@ -345,5 +345,11 @@ fn bench_streaming_schedules_at_the_asked_rate_and_reports_every_fire() {
     assert!((200.0..=420.0).contains(&achieved), "{report}");
     let seconds = streaming["by_second"].as_array().map_or(0, Vec::len);
     assert!(seconds >= 2, "{report}");
+    // The diagnostics beside the stream: the runtime's tick delay and Redis's PING times.
+    assert!(
+        streaming["tick_lag_us"]["count"].as_u64() > Some(0),
+        "{report}"
+    );
+    assert!(streaming["ping_us"]["count"].as_u64() > Some(0), "{report}");
     assert!(streaming["pass"].is_boolean(), "{report}");
 }

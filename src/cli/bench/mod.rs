@@ -21,6 +21,7 @@
 //!   every prefetch window): a node holds only its window, so it must stay small.
 
 pub(crate) mod masters;
+mod pinger;
 mod report;
 mod scenarios;
 mod streaming;
@@ -277,7 +278,7 @@ async fn run_scenarios(
         report.precision = Some(precision(args, nodes, probe, masters).await?);
     }
     if wanted(Scenario::Streaming) {
-        report.streaming = Some(streaming(args, nodes, probe, masters).await?);
+        report.streaming = Some(streaming(args, config, nodes, probe, masters).await?);
     }
     if wanted(Scenario::Burst) {
         report.burst = Some(burst(args, nodes, probe, masters).await?);

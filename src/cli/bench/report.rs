@@ -76,6 +76,12 @@ pub(super) struct StreamingReport {
     pub(super) achieved_per_s: f64,
     /// Latency of one `schedule` call (from the producer's side), µs.
     pub(super) schedule_call_us: Quantiles,
+    /// How late the producer's 1 ms ticks ran, µs: the delay of the bench's own runtime
+    /// (nodes and producer share it).
+    pub(super) tick_lag_us: Quantiles,
+    /// `PING` round trips from a thread and a connection of their own, every 5 ms while
+    /// streaming, µs: Redis's own delay in answering (and the OS's in running that thread).
+    pub(super) ping_us: Option<Quantiles>,
     pub(super) deliveries: u64,
     pub(super) early: u64,
     /// Lateness of the fires while the stream ran (the target's figure).
@@ -263,6 +269,17 @@ impl StreamingReport {
             "  schedule  one call p50 {} us  p99 {} us  max {} us",
             c.p50, c.p99, c.max
         );
+        let t = &self.tick_lag_us;
+        println!(
+            "  runtime   1 ms ticks late by p50 {} us  p99 {} us  max {} us (the bench runtime's delay)",
+            t.p50, t.p99, t.max
+        );
+        if let Some(p) = &self.ping_us {
+            println!(
+                "  redis     PING from a thread of its own p50 {} us  p99 {} us  max {} us",
+                p.p50, p.p99, p.max
+            );
+        }
         let l = &self.lateness_ms;
         println!(
             "  lateness  p50 {} ms  p90 {} ms  p99 {} ms  p99.9 {} ms  max {} ms  mean {} ms  ({} fires while streaming)",

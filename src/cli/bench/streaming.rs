@@ -97,10 +97,13 @@ struct Produced {
     secs: f64,
     /// Latency of the schedule calls, µs.
     call_us: Histogram<u64>,
+    /// How late the ticker's ticks ran, µs: the bench runtime's own delay.
+    tick_lag_us: Histogram<u64>,
 }
 
 pub(super) async fn streaming(
     args: &BenchArgs,
+    config: &Config,
     nodes: &[Scheduler],
     probe: &Probe,
     masters: Option<&Masters>,
@@ -111,8 +114,13 @@ pub(super) async fn streaming(
         .streaming
         .started_ms
         .store(nodes[0].now_ms(), Ordering::Relaxed);
+    let pinger = super::pinger::Pinger::start(config.connect_options());
     let produced = produce(args, nodes).await;
     let cpu_stream = process_cpu_ms();
+    let ping_us = tokio::task::spawn_blocking(move || pinger.stop())
+        .await
+        .ok()
+        .flatten();
     let machine = machine_load();
     let stream = &probe.streaming;
     stream.ended_ms.store(nodes[0].now_ms(), Ordering::Relaxed);
@@ -144,6 +152,8 @@ pub(super) async fn streaming(
         skipped: produced.skipped,
         achieved_per_s,
         schedule_call_us: Quantiles::of(&produced.call_us),
+        tick_lag_us: Quantiles::of(&produced.tick_lag_us),
+        ping_us: ping_us.as_ref().map(Quantiles::of),
         deliveries,
         early: stream.early.load(Ordering::Relaxed),
         pass: deliveries >= produced.scheduled
@@ -184,8 +194,10 @@ async fn produce(args: &BenchArgs, nodes: &[Scheduler]) -> Produced {
     let mut issued = 0u64;
     let mut skipped = 0u64;
     let mut tasks = tokio::task::JoinSet::new();
+    let mut tick_lag_us = histogram();
     while issued + skipped < total {
-        ticker.tick().await;
+        let tick = ticker.tick().await;
+        tick_lag_us.saturating_record(tick.elapsed().as_micros() as u64);
         let owed = ((started.elapsed().as_secs_f64() * args.rate as f64) as u64).min(total);
         // Catch up on what the rate owes, but never more than a few ticks' worth at once.
         let now = owed
@@ -229,6 +241,7 @@ async fn produce(args: &BenchArgs, nodes: &[Scheduler]) -> Produced {
         skipped,
         secs,
         call_us,
+        tick_lag_us,
     }
 }
 
