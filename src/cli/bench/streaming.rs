@@ -2,15 +2,13 @@
 //! scheduled before them fire, and the lateness of every fire (issue 18's precision target).
 //!
 //! A ticker of [`TICK`] issues, on each tick, the calls the rate owes by then (so a late tick
-//! catches up, never more than one tick's worth at a time beyond the owed count), round-robin
+//! catches up, but with at most four ticks' worth of calls per tick), round-robin
 //! over the nodes, each call in its own task; at most [`MAX_IN_FLIGHT`] calls are outstanding
 //! (a call that would exceed it is not made, and the achieved rate shows the shortfall). Each
 //! task is due uniformly `--min-delay..--spread` after it is scheduled.
 //!
 //! The fires are split by when they happen: those while the stream runs (the figure the
 //! target is held to) and those after it ended (no schedule load competing).
-
-use std::sync::atomic::AtomicBool;
 
 use tokio::sync::Semaphore;
 use tokio::time::MissedTickBehavior;
@@ -32,10 +30,8 @@ pub(super) struct StreamProbe {
     pub(super) after: Mutex<Histogram<u64>>,
     pub(super) deliveries: AtomicU64,
     pub(super) early: AtomicU64,
-    /// When the stream ended (cluster ms; `u64::MAX` until then).
+    /// When the stream ended (cluster ms; `u64::MAX` until then, so no fire counts as after).
     pub(super) ended_ms: AtomicU64,
-    /// Set when the stream has ended (for the handler's cheap check).
-    pub(super) ended: AtomicBool,
     /// When the stream started (cluster ms; 0 until then).
     pub(super) started_ms: AtomicU64,
     /// Lateness by the second (since the stream started) each fire happened in.
@@ -50,7 +46,6 @@ impl Default for StreamProbe {
             deliveries: AtomicU64::new(0),
             early: AtomicU64::new(0),
             ended_ms: AtomicU64::new(u64::MAX),
-            ended: AtomicBool::new(false),
             started_ms: AtomicU64::new(0),
             by_second: Mutex::new(Vec::new()),
         }
@@ -67,8 +62,7 @@ pub(super) fn streaming_handler(
             stream.early.fetch_add(1, Ordering::Relaxed);
         }
         let lateness = task.fired_ms.saturating_sub(task.due_ms);
-        let after = stream.ended.load(Ordering::Relaxed)
-            && task.fired_ms >= stream.ended_ms.load(Ordering::Relaxed);
+        let after = task.fired_ms >= stream.ended_ms.load(Ordering::Relaxed);
         let phase = if after { &stream.after } else { &stream.during };
         lock(phase).saturating_record(lateness);
         let second = task
@@ -116,15 +110,14 @@ pub(super) async fn streaming(
         .store(nodes[0].now_ms(), Ordering::Relaxed);
     let pinger = super::pinger::Pinger::start(config.connect_options());
     let produced = produce(args, nodes).await;
+    let stream = &probe.streaming;
+    stream.ended_ms.store(nodes[0].now_ms(), Ordering::Relaxed);
     let cpu_stream = process_cpu_ms();
     let ping_us = tokio::task::spawn_blocking(move || pinger.stop())
         .await
         .ok()
         .flatten();
     let machine = machine_load();
-    let stream = &probe.streaming;
-    stream.ended_ms.store(nodes[0].now_ms(), Ordering::Relaxed);
-    stream.ended.store(true, Ordering::Relaxed);
     let during_masters = sample_masters(masters).await;
     let bar = progress(produced.scheduled, "streaming: firing");
     let deadline = Instant::now() + args.spread + Duration::from_secs(30);
