@@ -1,6 +1,6 @@
 -- claim_due.lua: moves up to `limit` due tasks of each of one or more partitions from pending
 -- to in flight.
--- For each partition k = 0, 1, ... (6 keys and 6 arguments each):
+-- For each partition k = 0, 1, ... (6 keys and 5 arguments each):
 -- KEYS[6k+1]: due        ZSET id -> due_ms
 -- KEYS[6k+2]: tasks      HASH id -> record
 -- KEYS[6k+3]: inflight   ZSET id -> lease deadline
@@ -8,20 +8,15 @@
 -- KEYS[6k+5]: receipt    STRING: the latest claim of the partition (see recover_claim.lua)
 -- KEYS[6k+6]: paused     STRING: exists while the queue is paused (guarantee 11); then nothing
 --             is claimed and the partition's reply is { false, -1 }
--- ARGV[6k+1]: now_ms of the caller: tasks with due <= min(now_ms, Redis TIME) are taken,
+-- ARGV[5k+1]: now_ms of the caller: tasks with due <= min(now_ms, Redis TIME) are taken,
 --             oldest due first, so a caller whose clock runs ahead never fires early
 --             (guarantee 9)
--- ARGV[6k+2]: limit
--- ARGV[6k+3]: lease deadline in ms
--- ARGV[6k+4]: owner (the claiming node), kept in the receipt
--- ARGV[6k+5]: most payload bytes to return (headers and last errors do not count), counting
+-- ARGV[5k+2]: limit
+-- ARGV[5k+3]: lease deadline in ms
+-- ARGV[5k+4]: owner (the claiming node), kept in the receipt
+-- ARGV[5k+5]: most payload bytes to return (headers and last errors do not count), counting
 --             those of the partitions before it in the call; at least one due task of each
 --             partition is always taken
--- ARGV[6k+6]: most tasks to take in the whole call, counting those of the partitions before
---             it: each partition takes at most its fair share of what is left (what is left
---             divided by the partitions left, at least 1), so that many partitions share one
---             call while the call stays bounded; a partition cut short replies with its next
---             due (already due), and its caller claims it again
 -- Returns: one reply per partition, in order, each { next pending due (string) or false,
 --   count of claimed tasks, id1, record1, ..., then for each record moved to the dead letters:
 --   id, reason }. Several partitions share a call only on a single master (Rust groups them;
@@ -41,13 +36,11 @@
 
 local now_us = redis_now_us()
 local now_us_text = string.format('%d', now_us)
--- Payload bytes and tasks taken by the partitions before this one: the budgets are the call's.
+-- Payload bytes taken by the partitions before this one: the budget is the call's.
 local spent = 0
-local spent_tasks = 0
-local partitions = #KEYS / 6
 
 local function claim_partition(k)
-  local key, arg = 6 * k, 6 * k
+  local key, arg = 6 * k, 5 * k
   local due_key, tasks_key, inflight_key = KEYS[key + 1], KEYS[key + 2], KEYS[key + 3]
   local dead_key, receipt_key, paused_key = KEYS[key + 4], KEYS[key + 5], KEYS[key + 6]
   if paused_key and redis.call('EXISTS', paused_key) == 1 then
@@ -56,8 +49,7 @@ local function claim_partition(k)
   local lease, owner = ARGV[arg + 3], ARGV[arg + 4]
   local max_bytes = tonumber(ARGV[arg + 5])
   local now_ms = math.min(tonumber(ARGV[arg + 1]), math.floor(now_us / 1000))
-  local share = math.floor((tonumber(ARGV[arg + 6]) - spent_tasks) / (partitions - k))
-  local limit = math.min(tonumber(ARGV[arg + 2]), math.max(share, 1))
+  local limit = tonumber(ARGV[arg + 2])
   local upto = string.format('%d', now_ms)
   -- ids[i], and scores[i] unless one due holds them all (then `common`).
   local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', upto, 'LIMIT', 0, limit)
@@ -180,7 +172,6 @@ local function claim_partition(k)
 
   out[2] = claimed
   spent = spent + bytes
-  spent_tasks = spent_tasks + taken
   local next_due = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
   if next_due[2] then
     out[1] = next_due[2]
@@ -192,7 +183,7 @@ local function claim_partition(k)
 end
 
 local replies = {}
-for k = 0, partitions - 1 do
+for k = 0, #KEYS / 6 - 1 do
   replies[k + 1] = claim_partition(k)
 end
 return replies

@@ -15,7 +15,7 @@
 //! The key says which items may share a call: on a Redis Cluster one partition (one slot), on
 //! a single master anything of one kind (the scripts take several partitions per call, so a
 //! node's acks of all its partitions share one call). A batch holds at most
-//! [`MAX_BATCH`] weight (items weigh 1 unless told) and, for a
+//! [`MAX_BATCH`] weight (items weigh 1 unless told: a claim weighs its limit) and, for a
 //! batcher built with [`Batcher::weighed`], at most that many bytes in all (a single heavier
 //! item goes alone): single schedules of large payloads are cut into calls of at most 8 MiB,
 //! like the rounds of `schedule_many` (see [`round_len`]).

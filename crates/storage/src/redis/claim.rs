@@ -7,7 +7,7 @@ use redis::Value;
 use crate::error::StorageResult;
 use crate::model::{ClaimBatch, ClaimedTask, LeaseToken, Partition};
 
-use super::connection::{ClaimRequest, RedisStore, MAX_CLAIM_TASKS};
+use super::connection::{ClaimRequest, RedisStore};
 use super::error_map::{copy_error, map_error, unexpected_reply};
 use super::keys::PartitionKeys;
 use super::lease::{decode, explicit_due};
@@ -33,10 +33,11 @@ impl RedisStore {
         };
         let store = self.clone();
         self.claims
-            .submit(
+            .submit_weighted(
                 "claim_due",
                 self.group_of(partition),
                 request,
+                limit.max(1),
                 move |_, requests| {
                     let store = store.clone();
                     async move { store.claim_batch(requests).await }
@@ -52,12 +53,6 @@ impl RedisStore {
             .iter()
             .map(|request| self.keys(&request.partition))
             .collect();
-        // The call's task budget: shared fairly by its partitions (see claim_due.lua); a lone
-        // claim asking for more than the default budget keeps its limit.
-        let budget = requests
-            .iter()
-            .map(|request| request.limit)
-            .fold(MAX_CLAIM_TASKS, usize::max);
         let mut call = ScriptCall::new(&SCRIPTS.claim_due);
         for (request, keys) in requests.iter().zip(&keys) {
             call = call
@@ -71,8 +66,7 @@ impl RedisStore {
                 .arg(request.limit)
                 .arg(request.lease_deadline_ms)
                 .arg(&request.owner)
-                .arg(self.options.max_claim_bytes)
-                .arg(budget);
+                .arg(self.options.max_claim_bytes);
         }
         let replies = match self.invoke(&call).await {
             Ok(reply) => array(reply).filter(|replies| replies.len() == requests.len()),

@@ -20,20 +20,10 @@ use super::replication::Replication;
 use super::scripts::SCRIPTS;
 use super::RedisStoreOptions;
 
-/// The most tasks one claim call takes, summed over the partitions that share it (each takes
-/// at most its fair share of what is left, see claim_due.lua; a single claim asking for more,
-/// up to `engine.claim_batch`, keeps its limit): bounds how long one call holds Redis.
-///
-/// The budget is the script's, not the batcher's: a claim asks for as many tasks as its node
-/// has free handler slots (up to `claim_batch`, 256 by default) but usually finds a few due,
-/// so counting each claim by its limit (as before issue 18's streaming benchmark) let only
-/// four partitions share a call. A node's 20-odd busy partitions then claimed in five calls
-/// in a row, one in flight at a time, and the fire lateness grew with every Redis round trip
-/// (p99 0.5–0.7 s instead of 45–70 ms at 10,000 schedules/s with 32 partitions per call).
-pub(crate) const MAX_CLAIM_TASKS: usize = 1024;
-
-/// The most partition claims sharing one call.
-const MAX_CLAIM_PARTITIONS: usize = 128;
+/// The most tasks one claim call asks for, summed over the partitions that share it (a
+/// single claim may ask for more, up to `engine.claim_batch`, and then goes alone): bounds
+/// how long one call holds Redis.
+const MAX_CLAIM_TASKS: usize = 1024;
 
 /// One partition's claim, waiting to share a call with others (see [`RedisStore::group_of`]).
 #[derive(Debug, Clone)]
@@ -79,8 +69,7 @@ pub struct RedisStore {
     /// Concurrent acks, sent together: of one partition on a cluster, of all of them on a
     /// single master (see [`RedisStore::group_of`]).
     pub(crate) acks: Batcher<Option<Partition>, LeaseToken, AckOutcome>,
-    /// Concurrent claims, grouped like acks, at most [`MAX_CLAIM_PARTITIONS`] per call (the
-    /// script shares a task budget among them).
+    /// Concurrent claims, grouped like acks, weighed by their limits.
     pub(crate) claims: Batcher<Option<Partition>, ClaimRequest, ClaimBatch>,
     /// Concurrent single schedules of one mode, grouped like acks, at most 8 MiB of payload
     /// per call (as a round of `schedule_many`).
@@ -154,7 +143,7 @@ impl RedisStore {
             producer,
             acker,
             acks: Batcher::default(),
-            claims: Batcher::with_max_weight(MAX_CLAIM_PARTITIONS),
+            claims: Batcher::with_max_weight(MAX_CLAIM_TASKS),
             schedules: Batcher::weighed(super::schedule::PIPELINE_BYTES, |(_, task)| {
                 super::schedule::item_bytes(task)
             }),
