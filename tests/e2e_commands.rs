@@ -304,3 +304,52 @@ fn help_shows_examples_and_exits_0() {
     let help = String::from_utf8_lossy(&output.stdout);
     assert!(help.contains("DELAYQ_ATTEMPT"), "{help}");
 }
+
+#[test]
+fn bench_streaming_schedules_at_the_asked_rate_and_reports_every_fire() {
+    let env = Env::start("");
+    let args = [
+        "bench",
+        "--scenario",
+        "streaming",
+        "--rate",
+        "400",
+        "--duration",
+        "2s",
+        "--min-delay",
+        "100ms",
+        "--spread",
+        "1s",
+        "--nodes",
+        "2",
+        "--json",
+    ];
+    let report = env.json(&args);
+    let streaming = &report["streaming"];
+    assert!(
+        report["precision"].is_null() && report["burst"].is_null(),
+        "{report}"
+    );
+    assert_eq!(streaming["rate"], 400, "{report}");
+    assert_eq!(streaming["scheduled"], 800, "{report}");
+    assert_eq!(streaming["failed"], 0, "{report}");
+    assert_eq!(streaming["deliveries"], 800, "{report}");
+    assert_eq!(streaming["early"], 0, "{report}");
+    let during = streaming["lateness_ms"]["count"].as_u64().unwrap_or(0);
+    let after = streaming["lateness_after_stream_ms"]["count"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(during + after, 800, "{report}");
+    // Paced, not sent in one go: the calls took about the stream's 2 s.
+    let achieved = streaming["achieved_per_s"].as_f64().unwrap_or(0.0);
+    assert!((200.0..=420.0).contains(&achieved), "{report}");
+    let seconds = streaming["by_second"].as_array().map_or(0, Vec::len);
+    assert!(seconds >= 2, "{report}");
+    // The diagnostics beside the stream: the runtime's tick delay and Redis's PING times.
+    assert!(
+        streaming["tick_lag_us"]["count"].as_u64() > Some(0),
+        "{report}"
+    );
+    assert!(streaming["ping_us"]["count"].as_u64() > Some(0), "{report}");
+    assert!(streaming["pass"].is_boolean(), "{report}");
+}

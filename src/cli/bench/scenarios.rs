@@ -1,4 +1,4 @@
-//! The benchmark's scenarios (precision, burst, memory), their no-op handlers and the probe
+//! The benchmark's scenarios (precision, burst, memory; streaming has its own module), their no-op handlers and the probe
 //! that records every delivery.
 
 use super::masters::{work, MasterSample, MasterWork};
@@ -19,6 +19,8 @@ pub(super) struct Probe {
     pub(super) precision_quiet: Mutex<Histogram<u64>>,
     /// When the scheduling ended (cluster ms; `u64::MAX` until then).
     pub(super) precision_quiet_from_ms: AtomicU64,
+    /// What the streaming scenario measures.
+    pub(super) streaming: StreamProbe,
     pub(super) burst: Mutex<Histogram<u64>>,
     pub(super) burst_deliveries: AtomicU64,
     pub(super) burst_first_ms: AtomicU64,
@@ -37,6 +39,7 @@ impl Default for Probe {
             precision_early: AtomicU64::new(0),
             precision_quiet: Mutex::new(histogram()),
             precision_quiet_from_ms: AtomicU64::new(u64::MAX),
+            streaming: StreamProbe::default(),
             burst: Mutex::new(histogram()),
             burst_deliveries: AtomicU64::new(0),
             burst_first_ms: AtomicU64::new(u64::MAX),
@@ -237,7 +240,7 @@ pub(super) async fn burst(
 
 /// Every master's counters, when the masters are known (a failed sample only costs the
 /// per-master figures).
-async fn sample_masters(masters: Option<&Masters>) -> Option<Vec<MasterSample>> {
+pub(super) async fn sample_masters(masters: Option<&Masters>) -> Option<Vec<MasterSample>> {
     match masters?.sample().await {
         Ok(samples) => Some(samples),
         Err(error) => {
@@ -248,7 +251,7 @@ async fn sample_masters(masters: Option<&Masters>) -> Option<Vec<MasterSample>> 
 }
 
 /// Each master's work between two samples, for `tasks` tasks.
-fn master_work(
+pub(super) fn master_work(
     before: Option<Vec<MasterSample>>,
     after: Option<Vec<MasterSample>>,
     tasks: u64,
