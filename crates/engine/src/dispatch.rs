@@ -327,7 +327,9 @@ async fn settle_one(
     let settling = queue.settling.acquire().await.ok();
     drop(queue_slot);
     if runtime.running.lock().remove(&run).is_some() {
-        settle(runtime, queue, claimed, outcome).await;
+        // Boxed here, once reached: this future is moved a few times on its way into the
+        // claim's set, and the settling's (retries, backoff timer, the store's call) is large.
+        Box::pin(settle(runtime, queue, claimed, outcome)).await;
     }
     drop(settling);
 }
