@@ -13,7 +13,10 @@
 # usage: burst_nodes.sh BINARY PORT [N]
 # Environment: PAYLOAD_BYTES (default 50: every task gets that many bytes of payload; 0: none,
 # as issue 10 measured), KEEP=1 keeps the temp dir (redis log, node logs), PERF=FILE records
-# redis-server with `perf record -g` over the fire phase into FILE.
+# redis-server with `perf record -g` over the fire phase into FILE, NODE_PERF=FILE the three
+# node processes (`perf record -F $NODE_PERF_FREQ -g -p <pids>`, 999 Hz unless NODE_PERF_FREQ
+# says otherwise, call chains from DWARF with NODE_PERF_CALLS=dwarf; then `perf report -i FILE
+# --no-children`).
 BIN=$1; P=$2; N=${3:-100000}; PAYLOAD_BYTES=${PAYLOAD_BYTES:-50}
 D=$(mktemp -d)
 redis-server --port $P --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --dir $D --logfile $D/redis.log
@@ -89,6 +92,15 @@ if __import__("os").environ.get("PERF"):
     rpid = next(l.split(":")[1].strip() for l in rpid.splitlines() if l.startswith("process_id:"))
     perf = subprocess.Popen(["perf", "record", "-F", "1999", "-g", "-p", rpid, "-o", __import__("os").environ["PERF"]],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+node_perf = None
+if __import__("os").environ.get("NODE_PERF"):
+    # perf record of the three nodes over the fire phase (NODE_PERF=FILE).
+    freq = __import__("os").environ.get("NODE_PERF_FREQ", "999")
+    # NODE_PERF_CALLS=dwarf: call chains from DWARF (the release build has no frame pointers).
+    calls = ["--call-graph", "dwarf,16384"] if __import__("os").environ.get("NODE_PERF_CALLS") == "dwarf" else ["-g"]
+    node_perf = subprocess.Popen(["perf", "record", "-F", freq] + calls + ["-p", ",".join(map(str, pids)),
+                                  "-o", __import__("os").environ["NODE_PERF"]],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 c0, n0, s0, y0 = cpu(), node_cpu(), commandstats(), cpu_sys()
 def count():
     n = 0
@@ -100,9 +112,10 @@ t_end = time.time() + 120
 while count() < N and time.time() < t_end:
     time.sleep(0.05)
 c1, n1, s1, y1 = cpu(), node_cpu(), commandstats(), cpu_sys()
-if perf:
-    perf.send_signal(2)
-    perf.wait()
+for recording in (perf, node_perf):
+    if recording:
+        recording.send_signal(2)
+        recording.wait()
 fired = []
 for f in glob.glob(D + "/out*.jsonl"):
     for line in open(f):

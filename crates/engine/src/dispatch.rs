@@ -1,23 +1,28 @@
-//! Running one claimed task: the handler under a timeout with its panic caught, the lease
-//! renewed while it runs, then ack, retry with backoff, or dead-letter.
+//! Running a claim's tasks: one spawned task per claim drives all its handlers at once (each
+//! under the queue's timeout, its panic caught), renews their leases while they run and
+//! while their results are recorded, and settles each as it finishes (see [`settle`]).
+//!
+//! A claim's fires share one tokio task, so they are polled on one worker thread at a time:
+//! a handler that computes for long inside `poll` holds back the others of its claim (as it
+//! would hold back any task on its thread). Handlers that compute should do so in
+//! `tokio::task::spawn_blocking`; the built-in ones only wait.
 
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
-use futures::future::{AbortHandle, Abortable, Aborted};
+use futures::future::{AbortHandle, AbortRegistration, Abortable, Aborted, BoxFuture};
+use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
-use delayq_storage::{AckOutcome, ClaimedTask, FailAction, FailOutcome, LeaseToken, StorageError};
-use rand::Rng;
+use delayq_storage::{ClaimedTask, LeaseToken, StorageError, StorageResult};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use crate::handler::ResourceExhausted;
-use crate::health::RetryBackoff;
+use crate::handler::{HandlerError, HandlerFuture, ResourceExhausted};
 use crate::runtime::{next_run_number, QueueRuntime, RunningTask, Runtime};
+use crate::settle::{settle, RunOutcome};
 use crate::task::Task;
 
 /// The slots handlers hold: those a claim took for its tasks, or one task's share of them.
@@ -51,189 +56,303 @@ impl Slots {
     }
 }
 
-/// Starts running `claimed` on the queue's handler, holding `slots` (see [`Slots`]).
-pub(crate) fn spawn_execution(
+/// Starts running a claim's `fires` on the queue's handler, each holding its [`Slots`]: one
+/// spawned task for the whole claim, not one per task.
+pub(crate) fn spawn_claim(
     runtime: Arc<Runtime>,
     queue: Arc<QueueRuntime>,
-    claimed: ClaimedTask,
-    slots: Slots,
+    fires: Vec<(ClaimedTask, Slots)>,
 ) {
-    // Debug level: at info, formatting a span's fields for every fire cost a tenth of the
-    // node's CPU. The events of this module name the task's queue and id themselves.
-    let span = tracing::debug_span!(
-        "task",
-        queue = %queue.name,
-        id = %claimed.id,
-        attempt = claimed.attempt,
-        generation = claimed.generation,
-    );
-    let executions = runtime.executions.clone();
-    executions.spawn(execute(runtime, queue, claimed, slots).instrument(span));
-}
-
-/// How a handler run ended.
-enum RunOutcome {
-    Succeeded,
-    Failed(String),
-    /// The handler could not start for lack of the node's resources ([`ResourceExhausted`]):
-    /// the task goes back without spending its attempt.
-    NoResources(String),
-    /// Aborted by shutdown or a simulated crash: nothing to settle here.
-    Aborted,
-}
-
-async fn execute(
-    runtime: Arc<Runtime>,
-    queue: Arc<QueueRuntime>,
-    claimed: ClaimedTask,
-    slots: Slots,
-) {
-    let Slots {
-        queue: slot,
-        node,
-        global,
-    } = slots;
-    if runtime.killed.load(std::sync::atomic::Ordering::Relaxed) {
-        // A crashed node runs nothing more; the lease expires and another node takes over.
+    if fires.is_empty() {
         return;
     }
-    let token = claimed.token.clone();
-    let task = Task {
-        queue: queue.name.as_str().to_owned(),
-        id: claimed.id.as_str().to_owned(),
-        due_ms: claimed.due_ms,
-        fired_ms: runtime.clock.now_ms(),
-        attempt: claimed.attempt,
-        generation: claimed.generation,
-        payload: claimed.payload.clone(),
-        node: runtime.node_id().to_owned(),
-    };
-    tracing::debug!(
-        lateness_ms = task.fired_ms.saturating_sub(task.due_ms),
-        "firing"
-    );
-    if task.attempt == 1 {
-        record_tick_fired(&runtime, &task);
+    let executions = runtime.executions.clone();
+    executions.spawn(run_claim(runtime, queue, fires));
+}
+
+/// What a handler's future gave: its result, its panic, or its abort.
+type Ran = Result<std::thread::Result<Result<(), HandlerError>>, Aborted>;
+
+/// Where one fire of a claim is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Its handler runs.
+    Handling,
+    /// Its handler is done; its result is being recorded.
+    Settling,
+    /// Settled (or given up): nothing more to do, no lease to renew.
+    Done,
+}
+
+/// Where one fire's lease is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lease {
+    /// Held; renewed at the claim's next renewal.
+    Held,
+    /// A renewal is in flight.
+    Renewing,
+    /// Another claim took the task: never renewed again.
+    Lost,
+}
+
+/// One fire of a claim, as its driver keeps it.
+struct Fire {
+    /// Its entry in [`Runtime::running`].
+    run: u64,
+    stage: Stage,
+    lease: Lease,
+    /// Its share of the queue's `concurrency`, until its result has a settling place.
+    queue_slot: Option<OwnedSemaphorePermit>,
+    /// Its shares of `node.max_running` and `global_concurrency`, while its handler runs.
+    running_slots: Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)>,
+    /// The `task` span (debug level: disabled, and free, unless asked for).
+    span: tracing::Span,
+}
+
+/// Runs a claim's tasks: starts every handler at once, then, until each task settled, polls
+/// the handlers, their settling, the batch's lease renewals (every
+/// [`lease_renewal_period`](crate::config::EngineConfig::lease_renewal_period), for each task
+/// not settled whose lease still holds) and one timeout for all of them (they started
+/// together, so they time out together).
+async fn run_claim(
+    runtime: Arc<Runtime>,
+    queue: Arc<QueueRuntime>,
+    batch: Vec<(ClaimedTask, Slots)>,
+) {
+    if runtime.killed.load(Ordering::Relaxed) {
+        // A crashed node runs nothing more; the leases expire and other nodes take over.
+        return;
     }
-    queue
-        .metrics
-        .fired(task.fired_ms.saturating_sub(task.due_ms));
-    let started = std::time::Instant::now();
-    // The handler runs inside this task (no task of its own: a fire costs one spawn, not
-    // three): its panic is caught here, a timeout or an abort drops it, and the lease
-    // renewal is polled beside it until the result is recorded.
-    let (handler_abort, handler_registration) = AbortHandle::new_pair();
-    let (renewal_abort, renewal_registration) = AbortHandle::new_pair();
-    let finished = Arc::new(AtomicBool::new(false));
-    let run = next_run_number(&runtime);
-    runtime.running.lock().insert(
-        run,
-        RunningTask {
-            token: token.clone(),
-            abort: handler_abort,
-            renewal: renewal_abort,
-            finished: finished.clone(),
-        },
-    );
-    let handler = queue.handler.clone();
-    let handling = Abortable::new(
-        AssertUnwindSafe(async move { handler.handle(task).await }).catch_unwind(),
-        handler_registration,
-    );
-    let mut renewal = Renewal::new(Abortable::new(
-        renew_lease(runtime.clone(), token.clone()),
-        renewal_registration,
-    ));
+    let (claims, mut fires, handlers) = start(&runtime, &queue, batch);
+    let mut handlers = FuturesUnordered::from_iter(handlers);
+    let started = Instant::now();
     let timeout = queue.settings.timeout;
-    let ran = renewal
-        .beside(tokio::time::timeout(timeout, handling))
-        .await;
-    finished.store(true, Ordering::Release);
-    let outcome = match ran {
-        Ok(Ok(Ok(Ok(())))) => RunOutcome::Succeeded,
-        Ok(Ok(Ok(Err(error)))) if ResourceExhausted::is_cause_of(&*error) => {
+    let every = runtime.config.engine.lease_renewal_period();
+    let lease = runtime.config.engine.lease.as_millis() as u64;
+    let deadline = tokio::time::sleep(timeout);
+    let renew_at = tokio::time::sleep(every);
+    tokio::pin!(deadline, renew_at);
+    let mut settles = FuturesUnordered::new();
+    // Boxed (renewals are rare: one per task every third of the lease) for its type.
+    let mut renewals: FuturesUnordered<BoxFuture<'_, (usize, StorageResult<()>)>> =
+        FuturesUnordered::new();
+    let done_handling = |index: usize, outcome: RunOutcome, fires: &mut [Fire]| {
+        let fire = &mut fires[index];
+        fire.stage = Stage::Settling;
+        if let Some(running) = runtime.running.lock().get_mut(&fire.run) {
+            running.finished = true;
+        }
+        // The handler runs no more: its cluster-wide and node-wide slots are free for the
+        // next one at once.
+        fire.running_slots = None;
+        if matches!(outcome, RunOutcome::Succeeded | RunOutcome::Failed(_)) {
+            queue.metrics.handler_ran(started.elapsed().as_secs_f64());
+        }
+        let slot = fire.queue_slot.take();
+        let settling = settle_one(&runtime, &queue, &claims[index], fire.run, slot, outcome);
+        settling.map(move |()| index).instrument(fire.span.clone())
+    };
+    while !handlers.is_empty() || !settles.is_empty() {
+        tokio::select! {
+            biased;
+            Some((index, ran)) = handlers.next(), if !handlers.is_empty() => {
+                let outcome = outcome_of(ran);
+                settles.push(done_handling(index, outcome, &mut fires));
+            }
+            Some(index) = settles.next(), if !settles.is_empty() => {
+                fires[index].stage = Stage::Done;
+            }
+            Some((index, renewed)) = renewals.next(), if !renewals.is_empty() => {
+                renewed_lease(&runtime, &claims[index].token, &mut fires[index], renewed);
+            }
+            () = &mut deadline, if !handlers.is_empty() => {
+                // Dropping a handler's future stops it.
+                handlers.clear();
+                let error = format!(
+                    "handler timed out after {}",
+                    humantime::format_duration(timeout)
+                );
+                for index in 0..fires.len() {
+                    if fires[index].stage == Stage::Handling {
+                        let outcome = RunOutcome::Failed(error.clone());
+                        settles.push(done_handling(index, outcome, &mut fires));
+                    }
+                }
+            }
+            () = &mut renew_at => {
+                renew_at.as_mut().reset(tokio::time::Instant::now() + every);
+                let deadline_ms = runtime.clock.now_ms() + lease;
+                // Shutdown may have given a task back (removed from `running`): not renewed.
+                let running = runtime.running.lock();
+                for (index, fire) in fires.iter_mut().enumerate() {
+                    if fire.stage != Stage::Done
+                        && fire.lease == Lease::Held
+                        && running.contains_key(&fire.run)
+                    {
+                        fire.lease = Lease::Renewing;
+                        let token = &claims[index].token;
+                        let renewal = runtime.store.renew(token, deadline_ms);
+                        renewals.push(renewal.map(move |renewed| (index, renewed)).boxed());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Builds the claim's tasks, registers them in [`Runtime::running`] (one lock for the
+/// claim) and creates their handlers' futures (a panic while creating one is that task's
+/// failure).
+#[allow(clippy::type_complexity)]
+fn start(
+    runtime: &Arc<Runtime>,
+    queue: &QueueRuntime,
+    batch: Vec<(ClaimedTask, Slots)>,
+) -> (
+    Vec<ClaimedTask>,
+    Vec<Fire>,
+    Vec<impl std::future::Future<Output = (usize, Ran)>>,
+) {
+    let fired_ms = runtime.clock.now_ms();
+    let mut claims = Vec::with_capacity(batch.len());
+    let mut fires = Vec::with_capacity(batch.len());
+    let mut entries = Vec::with_capacity(batch.len());
+    let mut tasks = Vec::with_capacity(batch.len());
+    for (claimed, slots) in batch {
+        // Debug level: at info, formatting a span's fields for every fire cost a tenth of
+        // the node's CPU. The events of the settling name the task's queue and id themselves.
+        let span = tracing::debug_span!(
+            "task",
+            queue = %queue.name,
+            id = %claimed.id,
+            attempt = claimed.attempt,
+            generation = claimed.generation,
+        );
+        let task = Task {
+            queue: queue.name.as_str().to_owned(),
+            id: claimed.id.as_str().to_owned(),
+            due_ms: claimed.due_ms,
+            fired_ms,
+            attempt: claimed.attempt,
+            generation: claimed.generation,
+            payload: claimed.payload.clone(),
+            node: runtime.node_id().to_owned(),
+        };
+        let lateness_ms = fired_ms.saturating_sub(task.due_ms);
+        span.in_scope(|| tracing::debug!(lateness_ms, "firing"));
+        if task.attempt == 1 {
+            record_tick_fired(runtime, &task);
+        }
+        queue.metrics.fired(lateness_ms);
+        let (abort, registration) = AbortHandle::new_pair();
+        let run = next_run_number(runtime);
+        entries.push((
+            run,
+            RunningTask {
+                token: claimed.token.clone(),
+                abort,
+                finished: false,
+            },
+        ));
+        let Slots {
+            queue: queue_slot,
+            node,
+            global,
+        } = slots;
+        fires.push(Fire {
+            run,
+            stage: Stage::Handling,
+            lease: Lease::Held,
+            queue_slot: Some(queue_slot),
+            running_slots: Some((node, global)),
+            span,
+        });
+        tasks.push((task, registration));
+        claims.push(claimed);
+    }
+    runtime.running.lock().extend(entries);
+    let handlers = tasks
+        .into_iter()
+        .enumerate()
+        .map(|(index, (task, registration))| {
+            let span = fires[index].span.clone();
+            let created = span.in_scope(|| {
+                std::panic::catch_unwind(AssertUnwindSafe(|| queue.handler.handle(task)))
+            });
+            run_handler(created, registration, index).instrument(span)
+        })
+        .collect();
+    (claims, fires, handlers)
+}
+
+/// Runs one handler's future with its panic caught, until it ends or is aborted.
+async fn run_handler(
+    created: std::thread::Result<HandlerFuture>,
+    registration: AbortRegistration,
+    index: usize,
+) -> (usize, Ran) {
+    let ran = match created {
+        Ok(future) => Abortable::new(AssertUnwindSafe(future).catch_unwind(), registration).await,
+        Err(panic) => Ok(Err(panic)),
+    };
+    (index, ran)
+}
+
+/// How a handler's run ended.
+fn outcome_of(ran: Ran) -> RunOutcome {
+    match ran {
+        Ok(Ok(Ok(()))) => RunOutcome::Succeeded,
+        Ok(Ok(Err(error))) if ResourceExhausted::is_cause_of(&*error) => {
             RunOutcome::NoResources(error.to_string())
         }
-        Ok(Ok(Ok(Err(error)))) => RunOutcome::Failed(error.to_string()),
-        Ok(Ok(Err(panic))) => {
+        Ok(Ok(Err(error))) => RunOutcome::Failed(error.to_string()),
+        Ok(Err(panic)) => {
             RunOutcome::Failed(format!("handler panicked: {}", panic_message(&*panic)))
         }
-        Ok(Err(Aborted)) => RunOutcome::Aborted,
-        // Dropping the handler's future stopped it.
-        Err(_) => RunOutcome::Failed(format!(
-            "handler timed out after {}",
-            humantime::format_duration(timeout)
-        )),
-    };
-    // The handler runs no more: its cluster-wide and node-wide slots are free for the next
-    // one at once.
-    drop(global);
-    drop(node);
-    if matches!(outcome, RunOutcome::Succeeded | RunOutcome::Failed(_)) {
-        queue.metrics.handler_ran(started.elapsed().as_secs_f64());
+        Err(Aborted) => RunOutcome::Aborted,
     }
-    // The handler is done: its slot goes to the next task once this one has a settling
-    // place, not after the ack's round trip (claims then come in bigger batches).
-    let _settling = renewal
-        .beside(queue.settling.clone().acquire_owned())
-        .await
-        .ok();
-    drop(slot);
-    // Shutdown may have released the task already; then it is not ours to settle.
+}
+
+/// A finished handler's task: once it has a settling place its queue slot goes to the next
+/// task (not after the ack's round trip: claims then come in bigger batches); then its
+/// result is recorded, unless shutdown released the task already (then it is not ours).
+async fn settle_one(
+    runtime: &Runtime,
+    queue: &QueueRuntime,
+    claimed: &ClaimedTask,
+    run: u64,
+    queue_slot: Option<OwnedSemaphorePermit>,
+    outcome: RunOutcome,
+) {
+    let settling = queue.settling.acquire().await.ok();
+    drop(queue_slot);
     if runtime.running.lock().remove(&run).is_some() {
-        // The lease stays renewed while the result is recorded (retried through an outage).
-        let settling = async {
-            match outcome {
-                RunOutcome::Succeeded => settle_success(&runtime, &queue, &token).await,
-                RunOutcome::Failed(error) => {
-                    let action = failure_action(&runtime, &queue, claimed.attempt);
-                    settle_failure(&runtime, &queue, &claimed, &error, action).await;
-                }
-                RunOutcome::NoResources(error) => {
-                    crate::resources::record(&queue.name, &error);
-                    let due_ms = crate::resources::requeue_due_ms(runtime.clock.now_ms());
-                    settle_failure(
-                        &runtime,
-                        &queue,
-                        &claimed,
-                        &error,
-                        FailAction::RequeueAt(due_ms),
-                    )
-                    .await;
-                }
-                RunOutcome::Aborted => {}
-            }
-        };
-        renewal.beside(settling).await;
+        // Boxed here, once reached: this future is moved a few times on its way into the
+        // claim's set, and the settling's (retries, backoff timer, the store's call) is large.
+        Box::pin(settle(runtime, queue, claimed, outcome)).await;
     }
+    drop(settling);
 }
 
-/// The lease renewal of one execution, polled beside whatever the execution awaits (the
-/// handler, a settling place, the ack) until the execution ends: no task of its own.
-struct Renewal<F> {
-    future: Pin<Box<F>>,
-    /// False once it ended: the lease was lost, or shutdown aborted it.
-    going: bool,
-}
-
-impl<F: Future> Renewal<F> {
-    fn new(future: F) -> Self {
-        Renewal {
-            future: Box::pin(future),
-            going: true,
+/// What a lease renewal of `fire` came back with.
+fn renewed_lease(
+    runtime: &Runtime,
+    token: &LeaseToken,
+    fire: &mut Fire,
+    renewed: StorageResult<()>,
+) {
+    fire.lease = Lease::Held;
+    match renewed {
+        Ok(()) => runtime.health.ok(),
+        Err(StorageError::StaleLease { .. }) => {
+            fire.lease = Lease::Lost;
+            tracing::warn!(
+                queue = %token.partition.queue,
+                id = %token.id,
+                "lease lost while the handler runs; the task may be delivered again"
+            );
         }
-    }
-
-    /// Awaits `work` while the renewal goes on.
-    async fn beside<T>(&mut self, work: impl Future<Output = T>) -> T {
-        let mut work = std::pin::pin!(work);
-        loop {
-            tokio::select! {
-                biased;
-                done = &mut work => return done,
-                _ = &mut self.future, if self.going => self.going = false,
-            }
-        }
+        Err(error) => runtime.health.failed("renew", &error),
     }
 }
 
@@ -260,189 +379,5 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         text.clone()
     } else {
         "a non-string panic payload".to_owned()
-    }
-}
-
-/// Extends the lease every third of its length while the handler runs.
-async fn renew_lease(runtime: Arc<Runtime>, token: LeaseToken) {
-    let lease = runtime.config.engine.lease;
-    let every = runtime.config.engine.lease_renewal_period();
-    loop {
-        tokio::time::sleep(every).await;
-        let deadline = runtime.clock.now_ms() + lease.as_millis() as u64;
-        match runtime.store.renew(&token, deadline).await {
-            Ok(()) => runtime.health.ok(),
-            Err(StorageError::StaleLease { .. }) => {
-                tracing::warn!(
-                    queue = %token.partition.queue,
-                    id = %token.id,
-                    "lease lost while the handler runs; the task may be delivered again"
-                );
-                return;
-            }
-            Err(error) => runtime.health.failed("renew", &error),
-        }
-    }
-}
-
-/// Keeps retrying a settling call on transient errors until the lease would have run out
-/// anyway (after that another node may already have taken the task back).
-async fn with_retries<T, F, Fut>(
-    runtime: &Runtime,
-    operation: &'static str,
-    token: &LeaseToken,
-    mut call: F,
-) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, StorageError>>,
-{
-    let give_up_at = runtime.clock.now_ms() + runtime.config.engine.lease.as_millis() as u64;
-    let mut backoff = RetryBackoff::new();
-    loop {
-        match call().await {
-            Ok(value) => {
-                runtime.health.ok();
-                return Some(value);
-            }
-            Err(StorageError::StaleLease { .. }) => {
-                tracing::warn!(
-                    operation,
-                    queue = %token.partition.queue,
-                    id = %token.id,
-                    "lease lost before the result was recorded; the task may be delivered again"
-                );
-                return None;
-            }
-            Err(error) if error.is_transient() && runtime.clock.now_ms() < give_up_at => {
-                runtime.health.failed(operation, &error);
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            Err(error) => {
-                runtime.health.failed(operation, &error);
-                return None;
-            }
-        }
-    }
-}
-
-/// How an ack ended, as far as this node is concerned.
-#[derive(Debug)]
-enum Acked {
-    /// Applied (and, with `redis.wait_replicas`, confirmed by the replicas).
-    Confirmed(AckOutcome),
-    /// Applied on the master, but too few replicas confirmed it within `redis.wait_timeout`.
-    Unconfirmed {
-        /// `redis.wait_replicas`.
-        wanted: u32,
-        /// The replicas that confirmed in time.
-        confirmed: u32,
-    },
-}
-
-async fn settle_success(runtime: &Runtime, queue: &QueueRuntime, token: &LeaseToken) {
-    let acked = with_retries(runtime, "ack", token, || async {
-        match runtime.store.ack(token).await {
-            Ok(outcome) => Ok(Acked::Confirmed(outcome)),
-            // The ack is on the master (a `ReplicationTimeout` of an ack comes only after
-            // the script applied it): done here, not retried while the lease holds, which
-            // would keep this settling slot (and, once those run out, the handler slots)
-            // through a replica outage. A failover could still lose it: at-least-once.
-            Err(StorageError::ReplicationTimeout {
-                wanted, confirmed, ..
-            }) => Ok(Acked::Unconfirmed { wanted, confirmed }),
-            Err(error) => Err(error),
-        }
-    })
-    .await;
-    match acked {
-        Some(Acked::Confirmed(outcome)) => {
-            queue.metrics.completed("ok");
-            tracing::debug!(?outcome, "acknowledged");
-        }
-        Some(Acked::Unconfirmed { wanted, confirmed }) => {
-            queue.metrics.completed("ok");
-            crate::unconfirmed::record("ack", wanted, confirmed);
-            tracing::debug!(
-                wanted_replicas = wanted,
-                confirmed_replicas = confirmed,
-                "acknowledged on the master, not confirmed by the replicas"
-            );
-        }
-        None => {}
-    }
-}
-
-/// What follows a failed `attempt`: a retry after the queue's backoff, or the dead letters
-/// once `max_attempts` ran out.
-fn failure_action(runtime: &Runtime, queue: &QueueRuntime, attempt: u32) -> FailAction {
-    if attempt >= queue.settings.max_attempts {
-        FailAction::DeadLetter
-    } else {
-        let jitter: f64 = rand::rng().random();
-        let delay = queue.settings.backoff_delay(attempt, jitter);
-        FailAction::RetryAt(runtime.clock.now_ms() + delay.as_millis() as u64)
-    }
-}
-
-async fn settle_failure(
-    runtime: &Runtime,
-    queue: &QueueRuntime,
-    claimed: &ClaimedTask,
-    error: &str,
-    action: FailAction,
-) {
-    let attempt = claimed.attempt;
-    let (name, id) = (&claimed.token.partition.queue, &claimed.token.id);
-    let outcome = with_retries(runtime, "fail", &claimed.token, || {
-        runtime.store.fail(&claimed.token, error, action)
-    })
-    .await;
-    match outcome {
-        Some(FailOutcome::Retrying { due_ms, .. })
-            if matches!(action, FailAction::RequeueAt(_)) =>
-        {
-            // Warned about rate-limited by `resources::record`: these come in floods.
-            tracing::debug!(
-                queue = %name,
-                %id,
-                error,
-                attempt,
-                retry_at_ms = due_ms,
-                "handler could not start for lack of resources; put back, attempt not spent"
-            );
-            runtime.arm_if_owned(&claimed.token.partition, due_ms);
-        }
-        Some(FailOutcome::Retrying { attempt, due_ms }) => {
-            queue.metrics.completed("retry");
-            tracing::warn!(
-                queue = %name,
-                %id,
-                error,
-                next_attempt = attempt,
-                retry_at_ms = due_ms,
-                "handler failed; will retry"
-            );
-            runtime.arm_if_owned(&claimed.token.partition, due_ms);
-        }
-        Some(FailOutcome::DeadLettered) => {
-            queue.metrics.completed("dead");
-            tracing::error!(
-                queue = %name,
-                %id,
-                error,
-                attempts = attempt,
-                "handler failed; attempts exhausted, dead-lettered"
-            );
-        }
-        Some(FailOutcome::Superseded) => {
-            tracing::info!(
-                queue = %name,
-                %id,
-                error,
-                "handler failed, but the task was rescheduled or cancelled meanwhile"
-            );
-        }
-        None => {}
     }
 }

@@ -47,6 +47,7 @@ pub mod recurring;
 mod resources;
 mod runtime;
 mod scheduler;
+mod settle;
 mod task;
 mod throttled;
 pub mod timer;

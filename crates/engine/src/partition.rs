@@ -429,12 +429,14 @@ impl Serving {
     /// global slot each when the queue has `global_concurrency`); the slots left over are
     /// released.
     fn dispatch(&self, batch: ClaimBatch, mut slots: Slots) {
+        let mut fires = Vec::with_capacity(batch.tasks.len());
         for task in batch.tasks {
             let Some(task_slots) = slots.split_one() else {
                 break;
             };
-            dispatch::spawn_execution(self.runtime.clone(), self.queue.clone(), task, task_slots);
+            fires.push((task, task_slots));
         }
+        dispatch::spawn_claim(self.runtime.clone(), self.queue.clone(), fires);
     }
 
     /// After a claim failed in a way that leaves its fate unknown (a response timeout, a

@@ -1,7 +1,7 @@
 //! The node's shared state and its long-running loops: the timer, wake-ups and ownership.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,10 +54,9 @@ pub(crate) struct RunningTask {
     pub(crate) token: LeaseToken,
     /// Aborts the handler.
     pub(crate) abort: AbortHandle,
-    /// Aborts the lease renewal.
-    pub(crate) renewal: AbortHandle,
-    /// Set once the handler returned (or was stopped).
-    pub(crate) finished: Arc<AtomicBool>,
+    /// Set once the handler returned (or was stopped). Its claim's driver renews the lease
+    /// only while the entry is here: removing it ends the renewals.
+    pub(crate) finished: bool,
 }
 
 /// Everything a node's loops share.

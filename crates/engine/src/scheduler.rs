@@ -427,7 +427,6 @@ impl Scheduler {
         runtime.stop.cancel();
         for (_, running) in runtime.running.lock().drain() {
             running.abort.abort();
-            running.renewal.abort();
         }
         runtime.coordinator.crash();
     }
@@ -439,7 +438,7 @@ impl Scheduler {
             let mut running = runtime.running.lock();
             let unfinished: Vec<u64> = running
                 .iter()
-                .filter(|(_, task)| !task.finished.load(std::sync::atomic::Ordering::Acquire))
+                .filter(|(_, task)| !task.finished)
                 .map(|(run, _)| *run)
                 .collect();
             unfinished
@@ -454,9 +453,9 @@ impl Scheduler {
         let now = self.now_ms();
         let mut partitions = Vec::new();
         for task in running {
+            // Out of `running`, its lease is not renewed any more (a renewal landing after
+            // the release would push the lease out again).
             task.abort.abort();
-            // A renewal landing after the release would push the lease out again.
-            task.renewal.abort();
             // Ending the lease now hands the task to whichever node requeues it next.
             if let Err(error) = runtime.store.renew(&task.token, now).await {
                 tracing::warn!(%error, id = %task.token.id, "could not give the task back; its lease will expire");

@@ -234,6 +234,8 @@ pub struct RecordingStore {
     inner: Arc<dyn TaskStore>,
     claims: Mutex<BTreeMap<(String, String, u64), Vec<u64>>>,
     requeued: AtomicU64,
+    /// Lease renewals that succeeded.
+    renewals: AtomicU64,
     /// How many of the next non-empty claims lose their reply: they run in Redis, then the
     /// caller sees a response timeout.
     lose_claim_replies: AtomicU64,
@@ -258,6 +260,7 @@ impl RecordingStore {
             inner,
             claims: Mutex::new(BTreeMap::new()),
             requeued: AtomicU64::new(0),
+            renewals: AtomicU64::new(0),
             lose_claim_replies: AtomicU64::new(0),
             lost_claims: AtomicU64::new(0),
             next_claim_delay_ms: AtomicU64::new(0),
@@ -331,6 +334,11 @@ impl RecordingStore {
     /// Looks at every partition so far.
     pub fn all_looks(&self) -> u64 {
         self.looks.lock().values().sum()
+    }
+
+    /// Lease renewals that succeeded so far.
+    pub fn renewals(&self) -> u64 {
+        self.renewals.load(Ordering::Relaxed)
     }
 
     /// Tasks put back after their lease expired.
@@ -542,7 +550,9 @@ impl TaskStore for RecordingStore {
         self.inner.fail(token, error, action).await
     }
     async fn renew(&self, token: &LeaseToken, lease_deadline_ms: u64) -> StorageResult<()> {
-        self.inner.renew(token, lease_deadline_ms).await
+        self.inner.renew(token, lease_deadline_ms).await?;
+        self.renewals.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
     async fn requeue_expired(
         &self,

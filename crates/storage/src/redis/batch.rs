@@ -147,6 +147,26 @@ where
         F: FnMut(K, Vec<I>) -> Fut + Send + 'static,
         Fut: Future<Output = Vec<StorageResult<O>>> + Send + 'static,
     {
+        self.submit_lazily(operation, key, item, weight, move || send)
+            .await
+    }
+
+    /// [`submit_weighted`](Self::submit_weighted) with `send` made by `make_send` only when
+    /// this call starts the batches of `key` (most calls join a batch in flight: they need
+    /// no `send`, and what it would capture need not be cloned for them).
+    pub(crate) async fn submit_lazily<M, F, Fut>(
+        &self,
+        operation: &'static str,
+        key: K,
+        item: I,
+        weight: usize,
+        make_send: M,
+    ) -> StorageResult<O>
+    where
+        M: FnOnce() -> F,
+        F: FnMut(K, Vec<I>) -> Fut + Send + 'static,
+        Fut: Future<Output = Vec<StorageResult<O>>> + Send + 'static,
+    {
         let (sender, receiver) = oneshot::channel();
         let start = {
             let mut queues = self.queues.lock();
@@ -173,7 +193,7 @@ where
                 weigh: self.weigh,
                 max_bytes: self.max_bytes,
             };
-            tokio::spawn(drain(Arc::clone(&self.queues), key, limits, send));
+            tokio::spawn(drain(Arc::clone(&self.queues), key, limits, make_send()));
         }
         receiver.await.unwrap_or_else(|_| {
             Err(StorageError::Backend {

@@ -31,16 +31,18 @@ impl RedisStore {
             lease_deadline_ms,
             owner: owner.to_owned(),
         };
-        let store = self.clone();
         self.claims
-            .submit_weighted(
+            .submit_lazily(
                 "claim_due",
                 self.group_of(partition),
                 request,
                 limit.max(1),
-                move |_, requests| {
-                    let store = store.clone();
-                    async move { store.claim_batch(requests).await }
+                || {
+                    let store = self.clone();
+                    move |_, requests| {
+                        let store = store.clone();
+                        async move { store.claim_batch(requests).await }
+                    }
                 },
             )
             .await

@@ -66,16 +66,19 @@ impl RedisStore {
         if let Some(settled) = self.confirm_ack(token, None).await {
             return settled;
         }
-        let store = self.clone();
         let outcome = self
             .acks
-            .submit(
+            .submit_lazily(
                 "ack",
                 self.group_of(&token.partition),
                 token.clone(),
-                move |_, tokens| {
-                    let store = store.clone();
-                    async move { store.ack_batch(tokens).await }
+                1,
+                || {
+                    let store = self.clone();
+                    move |_, tokens| {
+                        let store = store.clone();
+                        async move { store.ack_batch(tokens).await }
+                    }
                 },
             )
             .await?;

@@ -65,15 +65,18 @@ impl RedisStore {
         mode: ScheduleMode,
     ) -> StorageResult<ScheduleOutcome> {
         self.validate(&task)?;
-        let store = self.clone();
         self.schedules
-            .submit(
+            .submit_lazily(
                 "schedule",
                 (self.group_of(partition), mode),
                 (partition.clone(), task),
-                move |(_, mode), items| {
-                    let store = store.clone();
-                    async move { store.schedule_call(mode, items).await }
+                1,
+                || {
+                    let store = self.clone();
+                    move |(_, mode), items| {
+                        let store = store.clone();
+                        async move { store.schedule_call(mode, items).await }
+                    }
                 },
             )
             .await
