@@ -31,6 +31,7 @@
 
 pub mod admin;
 mod builder;
+mod claim_size;
 pub mod config;
 mod controls;
 mod dispatch;

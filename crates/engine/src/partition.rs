@@ -34,6 +34,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::claim_size::ClaimSize;
 use crate::dispatch::{self, Slots};
 use crate::health::RetryBackoff;
 use crate::late_claims;
@@ -89,8 +90,10 @@ impl PartitionWorker {
             look_by_ms: AtomicU64::new(u64::MAX),
             cancel: runtime.stop.child_token(),
         });
+        let claim_size = ClaimSize::new(runtime.config.engine.claim_batch);
         let serving = Serving {
             runtime,
+            claim_size,
             queue,
             partition,
             worker: worker.clone(),
@@ -149,6 +152,8 @@ struct Serving {
     idle_looks: u32,
     /// When the next look is planned.
     next_look: Instant,
+    /// How many tasks the next claim asks for (see [`ClaimSize`]).
+    claim_size: ClaimSize,
 }
 
 impl Serving {
@@ -324,14 +329,16 @@ impl Serving {
         self.replan();
     }
 
-    /// Claims due tasks in batches (as many as there are free handler slots, up to
-    /// `claim_batch`) until the partition has nothing due, then arms the timer for the next due.
+    /// Claims due tasks in batches until the partition has nothing due, then arms the timer
+    /// for the next due. Each claim asks for as many tasks as there are free handler slots,
+    /// up to the partition's [`ClaimSize`]: 32 at first, doubling while the claims come back
+    /// full, up to `claim_batch`, so that a partition finding a few tasks at a time does not
+    /// hold its queue's slots for a whole batch while its claim waits.
     async fn claim_until_drained(&mut self) -> ClaimsEnded {
         let runtime = self.runtime.clone();
-        let batch_limit = runtime.config.engine.claim_batch.max(1);
         let lease = runtime.config.engine.lease.as_millis() as u64;
         loop {
-            let mut slots = match self.acquire_slots(batch_limit).await {
+            let mut slots = match self.acquire_slots(self.claim_size.next()).await {
                 Ok(slots) => slots,
                 Err(ended) => return ended,
             };
@@ -347,6 +354,7 @@ impl Serving {
                     }
                     Err(retry_at) => {
                         runtime.timer.insert(retry_at, self.partition.clone());
+                        self.claim_size.reset();
                         return ClaimsEnded::Drained;
                     }
                 }
@@ -359,6 +367,7 @@ impl Serving {
                     }
                     Err(next_window) => {
                         runtime.timer.insert(next_window, self.partition.clone());
+                        self.claim_size.reset();
                         return ClaimsEnded::Drained;
                     }
                 },
@@ -385,6 +394,7 @@ impl Serving {
                 }
                 Err(error) => {
                     runtime.health.failed("claim_due", &error);
+                    self.claim_size.reset();
                     let retry_at = now + self.backoff.next_delay().as_millis() as u64;
                     runtime.timer.insert(retry_at, self.partition.clone());
                     if error.is_transient() {
@@ -408,11 +418,13 @@ impl Serving {
                 // Nothing is claimed until the queue is resumed: the resume wakes this
                 // worker (and every pull would look again), so the timer is not re-armed.
                 tracing::debug!(partition = %self.partition, "queue paused: not claiming");
+                self.claim_size.reset();
                 return ClaimsEnded::Drained;
             }
             let got = batch.tasks.len() + batch.dead_lettered.len();
             let next_due_ms = batch.next_due_ms;
             self.dispatch(batch, slots);
+            self.claim_size.claimed(wanted, got);
             if got < wanted {
                 if let Some(next) = next_due_ms {
                     runtime.timer.insert(next, self.partition.clone());

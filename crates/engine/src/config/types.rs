@@ -148,7 +148,10 @@ pub struct EngineConfig {
     /// Most prefetched entries held in memory by one node; beyond it the node claims straight
     /// from Redis in batches. Default 100 000.
     pub max_prefetched: usize,
-    /// Most tasks claimed from one partition by one script call. Default 256.
+    /// Most tasks claimed from one partition by one script call. Default 256. The upper bound
+    /// of the adaptive claim size: a partition's first claim of a round asks for 32 (or this,
+    /// if smaller), each claim that comes back full doubles the next one up to this, a short
+    /// one starts over (`claim_size.rs`).
     pub claim_batch: usize,
     /// In-flight lease: a claimed task whose lease runs out (its node died) is delivered
     /// again. Renewed every third of its length while the handler runs, so it must exceed

@@ -252,6 +252,16 @@ pub struct RecordingStore {
     swap_faults: AtomicU64,
     /// Looks (`TaskStore::look`) per partition so far.
     looks: Mutex<BTreeMap<String, u64>>,
+    /// Every claim that returned, in order: its partition, its limit, the tasks it got.
+    claim_limits: Mutex<Vec<ClaimCall>>,
+}
+
+/// One claim as the recording store saw it.
+#[derive(Clone, Debug)]
+pub struct ClaimCall {
+    pub partition: String,
+    pub limit: usize,
+    pub got: usize,
 }
 
 impl RecordingStore {
@@ -269,6 +279,7 @@ impl RecordingStore {
             swaps: AtomicU64::new(0),
             swap_faults: AtomicU64::new(0),
             looks: Mutex::new(BTreeMap::new()),
+            claim_limits: Mutex::new(Vec::new()),
         })
     }
 
@@ -334,6 +345,11 @@ impl RecordingStore {
     /// Looks at every partition so far.
     pub fn all_looks(&self) -> u64 {
         self.looks.lock().values().sum()
+    }
+
+    /// Every claim that returned so far, in order.
+    pub fn claim_calls(&self) -> Vec<ClaimCall> {
+        self.claim_limits.lock().clone()
     }
 
     /// Lease renewals that succeeded so far.
@@ -511,6 +527,11 @@ impl TaskStore for RecordingStore {
             });
         }
         self.record_claims(partition, &batch);
+        self.claim_limits.lock().push(ClaimCall {
+            partition: partition.to_string(),
+            limit,
+            got: batch.tasks.len(),
+        });
         Ok(batch)
     }
     async fn recover_claim(

@@ -1,0 +1,120 @@
+//! A partition's claims start small and grow only while they come back full
+//! (`claim_size.rs`): a partition that finds a few tasks due asks for 32, not for
+//! `claim_batch`, so it holds few handler slots while its claim waits; a burst ramps up to
+//! `claim_batch` (and never beyond it).
+
+mod support;
+
+use std::time::Duration;
+
+use delayq_engine::config::Config;
+use delayq_engine::When;
+use support::{fast_config, wait_until, Recorder, TestBackend};
+
+/// The first claim's size (`claim_size::FIRST_CLAIM`).
+const FIRST_CLAIM: usize = 32;
+/// `engine.claim_batch` here: the upper bound.
+const CLAIM_BATCH: usize = 256;
+
+/// One partition with far more handler slots than `claim_batch`, so that the free slots
+/// never decide a claim's size.
+fn one_roomy_partition() -> Config {
+    let mut config = fast_config();
+    config.engine.claim_batch = CLAIM_BATCH;
+    config.node.max_running = 8_192;
+    config.queue_defaults.partitions = 1;
+    config.queue_defaults.concurrency = 4_096;
+    config
+}
+
+/// Schedules `count` tasks due at one instant `after` from now (all scheduled before it)
+/// and waits until all fired.
+async fn fire_at_once(
+    backend: TestBackend,
+    count: usize,
+    after: Duration,
+) -> Vec<support::ClaimCall> {
+    let config = one_roomy_partition();
+    let store = backend
+        .recording_store(&config, delayq_storage::StoreOptions::default())
+        .await;
+    let recorder = Recorder::new();
+    let node = backend
+        .builder(&config)
+        .store(store.clone())
+        .handler("q", recorder.handler())
+        .start()
+        .await
+        .expect("node starts");
+    wait_until(Duration::from_secs(10), "the partition is owned", || {
+        node.owned_partitions().len() == 1
+    })
+    .await;
+    let due = node.now_ms() + after.as_millis() as u64;
+    for n in 0..count {
+        node.schedule("q", &format!("t-{n}"), When::At(due), "")
+            .await
+            .expect("schedule");
+    }
+    assert!(node.now_ms() < due, "scheduling took longer than {after:?}");
+    wait_until(Duration::from_secs(20), "every task fired", || {
+        recorder.distinct() == count
+    })
+    .await;
+    assert_eq!(recorder.len(), count, "a task fired twice");
+    node.shutdown().await.expect("node stops");
+    store.claim_calls()
+}
+
+async fn a_partition_with_a_few_tasks_due_asks_for_a_small_claim(backend: TestBackend) {
+    let calls = fire_at_once(backend, 3, Duration::from_millis(600)).await;
+    assert!(calls.iter().any(|call| call.got > 0), "no claim got a task");
+    for call in &calls {
+        assert!(
+            call.limit <= FIRST_CLAIM,
+            "a claim asked for {} tasks with 3 due (claims: {calls:?})",
+            call.limit
+        );
+    }
+}
+
+async fn a_burst_ramps_the_claims_up_to_claim_batch(backend: TestBackend) {
+    let calls = fire_at_once(backend, 2_000, Duration::from_secs(3)).await;
+    let busy: Vec<_> = calls.iter().filter(|call| call.got > 0).collect();
+    assert_eq!(
+        busy.first().map(|call| call.limit),
+        Some(FIRST_CLAIM),
+        "the first claim of the burst (claims: {busy:?})"
+    );
+    let sizes: Vec<usize> = busy.iter().take(4).map(|call| call.limit).collect();
+    assert_eq!(sizes, [32, 64, 128, 256], "the ramp (claims: {busy:?})");
+    assert!(
+        calls.iter().all(|call| call.limit <= CLAIM_BATCH),
+        "a claim asked for more than claim_batch (claims: {calls:?})"
+    );
+    let full = busy.iter().filter(|call| call.limit == CLAIM_BATCH).count();
+    assert!(
+        full >= 5,
+        "the burst was not claimed at claim_batch: {busy:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn few_due_small_claim_memory() {
+    a_partition_with_a_few_tasks_due_asks_for_a_small_claim(TestBackend::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn few_due_small_claim_redis() {
+    a_partition_with_a_few_tasks_due_asks_for_a_small_claim(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_ramps_up_memory() {
+    a_burst_ramps_the_claims_up_to_claim_batch(TestBackend::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_ramps_up_redis() {
+    a_burst_ramps_the_claims_up_to_claim_batch(TestBackend::redis()).await;
+}
