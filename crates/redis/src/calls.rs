@@ -162,7 +162,7 @@ impl RedisConnection {
                 Ok(replies) => replies,
                 Err(error) => {
                     for &position in &to_send {
-                        results[position] = Some(Err(copy(&error)));
+                        results[position] = Some(Err(error.copy_for_group("EVALSHA")));
                     }
                     break;
                 }
@@ -202,7 +202,7 @@ impl RedisConnection {
             }
             if let Some(error) = failed {
                 for (position, _, _) in &again {
-                    results[*position] = Some(Err(copy(&error)));
+                    results[*position] = Some(Err(error.copy_for_group("EVALSHA")));
                 }
                 break;
             }
@@ -284,29 +284,6 @@ fn unanswered(result: Option<Result<Value>>) -> Result<Value> {
             message: "a script call got no reply".to_owned(),
         })
     })
-}
-
-/// A copy of `error` for each call of a failed group.
-fn copy(error: &Error) -> Error {
-    match error {
-        Error::Command {
-            operation,
-            transient,
-            code,
-            message,
-        } => Error::Command {
-            operation,
-            transient: *transient,
-            code: code.clone(),
-            message: message.clone(),
-        },
-        other => Error::Command {
-            operation: "EVALSHA",
-            transient: other.is_transient(),
-            code: None,
-            message: other.to_string(),
-        },
-    }
 }
 
 /// Why a library could not be loaded.

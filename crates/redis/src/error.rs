@@ -93,6 +93,41 @@ impl Error {
         }
     }
 
+    /// A copy of this error for each call of a group that failed together (the error itself
+    /// is not `Clone`: a connection failure's source is not). A command error and a `WAIT`
+    /// shortfall are copied as they are; any other error becomes a command error of
+    /// `operation` with the same message and transience.
+    pub fn copy_for_group(&self, operation: &'static str) -> Error {
+        match self {
+            Error::Command {
+                operation,
+                transient,
+                code,
+                message,
+            } => Error::Command {
+                operation,
+                transient: *transient,
+                code: code.clone(),
+                message: message.clone(),
+            },
+            Error::ReplicasNotConfirmed {
+                wanted,
+                confirmed,
+                timeout_ms,
+            } => Error::ReplicasNotConfirmed {
+                wanted: *wanted,
+                confirmed: *confirmed,
+                timeout_ms: *timeout_ms,
+            },
+            other => Error::Command {
+                operation,
+                transient: other.is_transient(),
+                code: None,
+                message: other.to_string(),
+            },
+        }
+    }
+
     /// The typed error for a redis-rs error of `operation`, with `secrets` scrubbed.
     pub(crate) fn from_redis(
         operation: &'static str,

@@ -99,34 +99,7 @@ pub(crate) fn is_stale(error: &Error) -> bool {
 
 /// A copy of a connection-layer error, for each item of a failed group.
 pub(crate) fn copy_error(error: &Error) -> Error {
-    match error {
-        Error::Command {
-            operation,
-            transient,
-            code,
-            message,
-        } => Error::Command {
-            operation,
-            transient: *transient,
-            code: code.clone(),
-            message: message.clone(),
-        },
-        Error::ReplicasNotConfirmed {
-            wanted,
-            confirmed,
-            timeout_ms,
-        } => Error::ReplicasNotConfirmed {
-            wanted: *wanted,
-            confirmed: *confirmed,
-            timeout_ms: *timeout_ms,
-        },
-        other => Error::Command {
-            operation: "redis",
-            transient: other.is_transient(),
-            code: None,
-            message: other.to_string(),
-        },
-    }
+    error.copy_for_group("redis")
 }
 
 /// A reply of an unexpected shape: a bug or a foreign script under our SHA.
