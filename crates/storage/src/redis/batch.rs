@@ -44,14 +44,32 @@ pub(crate) fn round_len(
     max_items: usize,
     max_bytes: usize,
 ) -> usize {
-    let mut taken = 0;
-    let mut bytes = 0usize;
-    for weight in weights {
-        if taken > 0 && (taken >= max_items || bytes.saturating_add(weight) > max_bytes) {
+    fitting_len(
+        weights.into_iter().map(|bytes| (1, bytes)),
+        max_items,
+        max_bytes,
+    )
+}
+
+/// How many of the `(weight, bytes)` items, in order, fit in at most `max_weight` and
+/// `max_bytes` in all; the first item always goes (alone, when it is over either bound). The
+/// one rule behind [`round_len`] (items weigh 1) and a batcher's batches.
+fn fitting_len(
+    items: impl IntoIterator<Item = (usize, usize)>,
+    max_weight: usize,
+    max_bytes: usize,
+) -> usize {
+    let (mut taken, mut weight, mut bytes) = (0usize, 0usize, 0usize);
+    for (item_weight, item_bytes) in items {
+        if taken > 0
+            && (weight.saturating_add(item_weight) > max_weight
+                || bytes.saturating_add(item_bytes) > max_bytes)
+        {
             break;
         }
         taken += 1;
-        bytes = bytes.saturating_add(weight);
+        weight = weight.saturating_add(item_weight);
+        bytes = bytes.saturating_add(item_bytes);
     }
     taken
 }
@@ -59,11 +77,8 @@ pub(crate) fn round_len(
 /// Items waiting per key (a partition, and whatever else must be equal within one call).
 pub(crate) struct Batcher<K, I, O> {
     queues: Arc<Mutex<HashMap<K, Queue<I, O>>>>,
-    max_weight: usize,
-    /// The size of an item, counted against `max_bytes`.
-    weigh: fn(&I) -> usize,
-    /// The most bytes (by `weigh`) in one batch.
-    max_bytes: usize,
+    /// What bounds each of its batches.
+    limits: Limits<I>,
 }
 
 struct Queue<I, O> {
@@ -74,9 +89,7 @@ impl<K, I, O> Clone for Batcher<K, I, O> {
     fn clone(&self) -> Self {
         Batcher {
             queues: Arc::clone(&self.queues),
-            max_weight: self.max_weight,
-            weigh: self.weigh,
-            max_bytes: self.max_bytes,
+            limits: self.limits,
         }
     }
 }
@@ -94,9 +107,11 @@ impl<K, I, O> Batcher<K, I, O> {
     pub(crate) fn with_max_weight(max_weight: usize) -> Self {
         Batcher {
             queues: Arc::new(Mutex::new(HashMap::new())),
-            max_weight: max_weight.max(1),
-            weigh: |_| 0,
-            max_bytes: usize::MAX,
+            limits: Limits {
+                max_weight: max_weight.max(1),
+                weigh: |_| 0,
+                max_bytes: usize::MAX,
+            },
         }
     }
 
@@ -105,9 +120,11 @@ impl<K, I, O> Batcher<K, I, O> {
     pub(crate) fn weighed(max_bytes: usize, weigh: fn(&I) -> usize) -> Self {
         Batcher {
             queues: Arc::new(Mutex::new(HashMap::new())),
-            max_weight: MAX_BATCH,
-            weigh,
-            max_bytes,
+            limits: Limits {
+                max_weight: MAX_BATCH,
+                weigh,
+                max_bytes,
+            },
         }
     }
 }
@@ -188,12 +205,12 @@ where
             }
         };
         if start {
-            let limits = Limits {
-                max_weight: self.max_weight,
-                weigh: self.weigh,
-                max_bytes: self.max_bytes,
-            };
-            tokio::spawn(drain(Arc::clone(&self.queues), key, limits, make_send()));
+            tokio::spawn(drain(
+                Arc::clone(&self.queues),
+                key,
+                self.limits,
+                make_send(),
+            ));
         }
         receiver.await.unwrap_or_else(|_| {
             Err(StorageError::Backend {
@@ -207,28 +224,30 @@ where
 /// What bounds one batch: its weight (as each item was submitted) and its bytes (by `weigh`).
 /// The first item always goes, alone when it is over either bound.
 struct Limits<I> {
+    /// The most weight in one batch.
     max_weight: usize,
+    /// The size of an item, counted against `max_bytes`.
     weigh: fn(&I) -> usize,
+    /// The most bytes (by `weigh`) in one batch.
     max_bytes: usize,
 }
+
+// Copied into each drain; `derive` would ask `I: Copy` for the `fn(&I)` alone.
+impl<I> Clone for Limits<I> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<I> Copy for Limits<I> {}
 
 impl<I> Limits<I> {
     /// How many of the first waiting items go into the next batch.
     fn batch_len<S>(&self, waiting: &[(I, usize, S)]) -> usize {
-        let (mut take, mut weight, mut bytes) = (0usize, 0usize, 0usize);
-        for (item, item_weight, _) in waiting {
-            let item_bytes = (self.weigh)(item);
-            if take > 0
-                && (weight.saturating_add(*item_weight) > self.max_weight
-                    || bytes.saturating_add(item_bytes) > self.max_bytes)
-            {
-                break;
-            }
-            take += 1;
-            weight = weight.saturating_add(*item_weight);
-            bytes = bytes.saturating_add(item_bytes);
-        }
-        take
+        let items = waiting
+            .iter()
+            .map(|(item, weight, _)| (*weight, (self.weigh)(item)));
+        fitting_len(items, self.max_weight, self.max_bytes)
     }
 }
 
