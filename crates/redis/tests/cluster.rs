@@ -20,14 +20,7 @@ fn evalsha_calls(cluster: &RedisCluster, port: u16) -> u64 {
 
 /// `calls=` of `cmdstat_<command>` on the node at `port`.
 fn calls_of(cluster: &RedisCluster, port: u16, command: &str) -> u64 {
-    let prefix = format!("cmdstat_{command}:calls=");
-    cluster
-        .info(port, "commandstats")
-        .lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|calls| calls.parse().ok())
-        .unwrap_or(0)
+    delayq_testkit::command_calls(&cluster.info(port, "commandstats"), command)
 }
 
 fn counter_on(cluster: &RedisCluster, port: u16, key: &str) -> Option<i64> {

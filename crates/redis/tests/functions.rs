@@ -36,12 +36,7 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
             .expect("INFO commandstats"),
     )
     .expect("INFO text");
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|calls| calls.parse().ok())
-        .unwrap_or(0)
+    delayq_testkit::command_calls(&info, command)
 }
 
 /// The libraries `FUNCTION LIST` shows.

@@ -60,13 +60,7 @@ fn script_calls(cluster: &RedisCluster) -> HashMap<u16, u64> {
             let info = cluster.info(port, "commandstats");
             let calls: u64 = ["fcall", "evalsha"]
                 .iter()
-                .map(|command| {
-                    info.lines()
-                        .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
-                        .and_then(|rest| rest.split(',').next())
-                        .and_then(|calls| calls.parse::<u64>().ok())
-                        .unwrap_or(0)
-                })
+                .map(|command| delayq_testkit::command_calls(&info, command))
                 .sum();
             (port, calls)
         })

@@ -45,13 +45,7 @@ fn script_calls(server: &RedisServer) -> u64 {
     .expect("INFO text");
     ["fcall", "evalsha"]
         .iter()
-        .map(|command| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|calls| calls.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
+        .map(|command| delayq_testkit::command_calls(&info, command))
         .sum()
 }
 

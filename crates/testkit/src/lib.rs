@@ -286,6 +286,16 @@ impl Drop for RedisServer {
     }
 }
 
+/// The `calls=` of `cmdstat_<command>` in an `INFO commandstats` text (0 when absent).
+pub fn command_calls(info: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Whether `redis-server` can be run.
 pub fn redis_server_installed() -> bool {
     Command::new("redis-server")

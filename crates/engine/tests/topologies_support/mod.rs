@@ -83,12 +83,7 @@ pub async fn settled(node: &Scheduler, queue: &str, done: u64, within: Duration)
 
 /// The `calls=` of `cmdstat_<command>` in an `INFO commandstats` text (0 when absent).
 pub fn calls_of(info: &str, command: &str) -> u64 {
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|calls| calls.trim().parse().ok())
-        .unwrap_or(0)
+    delayq_testkit::command_calls(info, command)
 }
 
 /// Script calls (`EVALSHA`, `EVAL`, `FCALL`) in an `INFO commandstats` text.
