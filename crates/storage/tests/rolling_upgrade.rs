@@ -1,7 +1,7 @@
 //! Rolling upgrades: records written by an earlier release (its own Lua scripts, kept as
 //! fixtures and run as they were) are claimed, acked, failed, cancelled and dead-lettered by
 //! this release, and its queue registry is found (`fixtures/v0.1.0/`); and a node of the
-//! release before issue 18 (`fixtures/before-issue-18/`: one partition per `EVALSHA` call,
+//! release v0.2.0 (`fixtures/v0.2.0/`: one partition per `EVALSHA` call,
 //! cjson claim receipts) works one partition together with this release's store (Functions,
 //! shared calls, the new receipt), through crashed claims and lease expiry, losing nothing.
 
@@ -277,7 +277,7 @@ async fn records_of_the_previous_release_are_claimed_acked_failed_cancelled_and_
     );
 }
 
-/// The release before issue 18 (`fixtures/before-issue-18`, one partition per call,
+/// The release v0.2.0 (`fixtures/v0.2.0`, one partition per call,
 /// `EVALSHA`, cjson receipts), run as it ran, on the partition `mix:{q:0}`.
 struct PreviousRelease {
     connection: redis::aio::MultiplexedConnection,
@@ -285,15 +285,15 @@ struct PreviousRelease {
 }
 
 mod previous {
-    pub const RECORD: &str = include_str!("fixtures/before-issue-18/record.lua");
-    pub const UTIL: &str = include_str!("fixtures/before-issue-18/util.lua");
-    pub const LEASE: &str = include_str!("fixtures/before-issue-18/lease.lua");
-    pub const SWEEP: &str = include_str!("fixtures/before-issue-18/sweep.lua");
-    pub const CLAIM: &str = include_str!("fixtures/before-issue-18/claim_due.lua");
-    pub const ACK: &str = include_str!("fixtures/before-issue-18/ack.lua");
-    pub const SCHEDULE: &str = include_str!("fixtures/before-issue-18/schedule.lua");
-    pub const RECOVER: &str = include_str!("fixtures/before-issue-18/recover_claim.lua");
-    pub const REQUEUE: &str = include_str!("fixtures/before-issue-18/requeue_expired.lua");
+    pub const RECORD: &str = include_str!("fixtures/v0.2.0/record.lua");
+    pub const UTIL: &str = include_str!("fixtures/v0.2.0/util.lua");
+    pub const LEASE: &str = include_str!("fixtures/v0.2.0/lease.lua");
+    pub const SWEEP: &str = include_str!("fixtures/v0.2.0/sweep.lua");
+    pub const CLAIM: &str = include_str!("fixtures/v0.2.0/claim_due.lua");
+    pub const ACK: &str = include_str!("fixtures/v0.2.0/ack.lua");
+    pub const SCHEDULE: &str = include_str!("fixtures/v0.2.0/schedule.lua");
+    pub const RECOVER: &str = include_str!("fixtures/v0.2.0/recover_claim.lua");
+    pub const REQUEUE: &str = include_str!("fixtures/v0.2.0/requeue_expired.lua");
 }
 
 /// An old token: (id, generation, claim).
