@@ -99,7 +99,7 @@ run() {
   if [ -n "$(ss -Hltn "sport = :$P" 2>/dev/null)" ]; then
     log "port $P is in use"; echo "| $N | $Q | skipped: port $P in use |"; return
   fi
-  D=$(mktemp -d /tmp/fleet.XXXXXX)
+  D=$(mktemp -d -t fleet.XXXXXX)
   redis-server --port "$P" --bind 127.0.0.1 --save '' --appendonly no --dir "$D" \
     --logfile "$D/redis.log" --maxclients 10000 &
   RPID=$!

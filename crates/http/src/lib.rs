@@ -2,7 +2,7 @@
 //!
 //! The HTTP API, Prometheus `/metrics` and the web dashboard of delayq, as an
 //! [`axum::Router`]: `delayq serve` and `delayq node --listen` serve it, and a service that
-//! embeds a [`Scheduler`](delayq_engine::Scheduler) can mount it beside its own routes.
+//! embeds a [`Scheduler`] can mount it beside its own routes.
 //!
 //! ```no_run
 //! use delayq_engine::{config::Config, Scheduler};
