@@ -103,8 +103,10 @@ pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
         args.queues.join(",")
     };
     tracing::info!(node = %scheduler.node_id(), %queues, handler = ?args.handler, "delayq node running; SIGINT or SIGTERM stops it");
+    notify_systemd(sd_notify::NotifyState::Ready);
 
     let name = signals.next().await;
+    notify_systemd(sd_notify::NotifyState::Stopping);
     tracing::info!(signal = name, node = %scheduler.node_id(), "shutting down: draining running tasks, then leaving the cluster");
     tokio::select! {
         stopped = scheduler.shutdown() => stopped?,
@@ -116,6 +118,19 @@ pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
     }
     tracing::info!(node = %scheduler.node_id(), "node stopped");
     Ok(())
+}
+
+/// Tells systemd the node's state when it runs under a `Type=notify` unit (`$NOTIFY_SOCKET`
+/// set; nothing happens otherwise): `READY=1` once it has joined the cluster and serves its
+/// HTTP address, `STOPPING=1` when a signal starts the drain. A failure to tell is logged and
+/// changes nothing else: systemd then waits for its own start timeout.
+fn notify_systemd(state: sd_notify::NotifyState<'_>) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    if let Err(error) = sd_notify::notify(&[state]) {
+        tracing::warn!(%error, "could not notify systemd through NOTIFY_SOCKET");
+    }
 }
 
 /// The handler the flags ask for; a missing or extra flag is a usage error.

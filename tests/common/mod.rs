@@ -246,6 +246,7 @@ pub fn delayq_command(dir: &Path) -> Command {
         .env_remove("DELAYQ_NODE_NAME")
         .env_remove("DELAYQ_CONFIG")
         .env_remove("RUST_LOG")
+        .env_remove("NOTIFY_SOCKET")
         .env("RUST_BACKTRACE", "1");
     command
 }

@@ -65,6 +65,11 @@ pub const OS_NEEDS: &[OsNeed] = &[
         packages: &["fonts-dejavu-core"],
     },
     OsNeed {
+        what: "systemd-analyze (tests/deploy_recipes.rs verifies the unit file)",
+        probe: Probe::OnPath("systemd-analyze"),
+        packages: &["systemd"],
+    },
+    OsNeed {
         what: "python3",
         probe: Probe::OnPath("python3"),
         packages: &["python3"],
