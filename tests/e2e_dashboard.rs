@@ -46,7 +46,7 @@ static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
-    let Some(chromium) = chromium() else { return };
+    let chromium = chromium();
     let env = Env::start("queue_defaults:\n  max_attempts: 1\n  partitions: 8\n");
     let mut failing = failing_node(&env, &["payments"]);
     for id in ["pay-1042", "pay-1043"] {
@@ -297,7 +297,7 @@ async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_of_serve_asks_for_the_token_once_and_retries_and_purges_all() {
-    let Some(chromium) = chromium() else { return };
+    let chromium = chromium();
     let env = Env::start("queue_defaults:\n  max_attempts: 1\n  partitions: 4\n");
     let mut failing = failing_node(&env, &["jobs", "mail"]);
     for id in ["job-1", "job-2", "job-3"] {
@@ -407,7 +407,7 @@ async fn dashboard_of_serve_asks_for_the_token_once_and_retries_and_purges_all()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_survives_a_malformed_queue_fragment() {
-    let Some(chromium) = chromium() else { return };
+    let chromium = chromium();
     let env = Env::start("queue_defaults:\n  partitions: 4\n");
     env.json(&["schedule", "alpha", "a-1", "--in", "1h"]);
     env.json(&["schedule", "beta", "b-1", "--in", "1h"]);
@@ -503,7 +503,7 @@ async fn dashboard_survives_a_malformed_queue_fragment() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_works_behind_a_proxy_that_strips_a_path_prefix() {
-    let Some(chromium) = chromium() else { return };
+    let chromium = chromium();
     let env = Env::start("queue_defaults:\n  partitions: 4\n");
     env.json(&["schedule", "orders", "o-1", "--in", "1h"]);
     env.json(&["schedule", "payments", "p-1", "--in", "2h"]);

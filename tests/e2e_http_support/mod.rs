@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
@@ -104,23 +104,18 @@ impl Drop for Serve {
     }
 }
 
-/// The browser, or `None` after one loud SKIPPED line.
-pub fn chromium() -> Option<PathBuf> {
+/// The browser: `DELAYQ_CHROMIUM` (set by `cargo xtask test`), else Debian's path. A missing
+/// browser fails the test with the way to install it: the dashboard is tested in a real
+/// browser or not at all, and a skipped test would pass unseen.
+pub fn chromium() -> PathBuf {
     let path =
         std::env::var_os("DELAYQ_CHROMIUM").map_or_else(|| PathBuf::from(CHROMIUM), PathBuf::from);
-    if path.exists() {
-        return Some(path);
-    }
-    static SAID: std::sync::Once = std::sync::Once::new();
-    SAID.call_once(|| {
-        // Straight to stderr: the harness captures `eprintln!` of passing tests.
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n*** SKIPPED e2e_dashboard: no Chromium at {} (apt-get install -y chromium, or set DELAYQ_CHROMIUM) ***\n",
-            path.display()
-        );
-    });
-    None
+    assert!(
+        path.exists(),
+        "no Chromium at {}: run `cargo xtask setup` (it installs Debian's chromium), or set DELAYQ_CHROMIUM",
+        path.display()
+    );
+    path
 }
 
 /// A headless Chromium with one page at 1280x800 whose console is watched.
