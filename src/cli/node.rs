@@ -8,7 +8,9 @@ use delayq_engine::Scheduler;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use super::error::{CliError, CliResult};
-use super::handlers::{ExecHandler, HttpHandler, LogHandler, NodeHandler};
+use super::handlers::{
+    ExecHandler, HttpHandler, LogHandler, NodeHandler, WebhookSigner, SECRETS_VARIABLE,
+};
 use super::serve::HttpServer;
 use super::values;
 
@@ -24,7 +26,12 @@ Examples:
       stdin; exit status 0 acks the task, anything else fails the attempt
   delayq node --handler http --url http://localhost:8080/tasks
       POSTs {\"queue\",\"id\",\"due_ms\",\"fired_ms\",\"attempt\",\"generation\",\"node\",\"payload\"}
-      (payload_base64 when the payload is not UTF-8); a 2xx status acks
+      (payload_base64 when the payload is not UTF-8); a 2xx status acks; a 429 or 503 with
+      Retry-After is retried then (at most the queue's backoff.max later)
+  DELAYQ_WEBHOOK_SECRETS=whsec_... delayq node --handler http --url https://hooks.example/delayq
+      signs each request as Standard Webhooks says (webhook-id, webhook-timestamp,
+      webhook-signature); several secrets (spaces or commas) while rotating, or
+      --secrets-file F with one a line
 
 A failed attempt is retried with backoff up to the queue's max_attempts, then dead-lettered
 (see it with `delayq get QUEUE ID`). SIGINT or SIGTERM drains running tasks for up to
@@ -56,6 +63,12 @@ pub struct NodeArgs {
     /// Where `--handler http` posts the tasks.
     #[arg(long, value_name = "URL", required_if_eq("handler", "http"))]
     url: Option<String>,
+
+    /// The secrets `--handler http` signs with, one `whsec_<base64>` a line (several while
+    /// rotating) [default: DELAYQ_WEBHOOK_SECRETS, separated by spaces or commas; unsigned
+    /// when neither is set].
+    #[arg(long, value_name = "FILE")]
+    secrets_file: Option<std::path::PathBuf>,
 
     /// Also serve the HTTP API, dashboard and /metrics on this address [default:
     /// http.listen; none when unset].
@@ -140,6 +153,11 @@ fn build_handler(args: &NodeArgs) -> CliResult<NodeHandler> {
             "--url is only for --handler http".to_owned(),
         ));
     }
+    if args.secrets_file.is_some() && args.handler != HandlerKind::Http {
+        return Err(CliError::Usage(
+            "--secrets-file is only for --handler http".to_owned(),
+        ));
+    }
     if !args.command.is_empty() && args.handler != HandlerKind::Exec {
         return Err(CliError::Usage(format!(
             "a command after `--` ({:?}) is only for --handler exec",
@@ -153,9 +171,39 @@ fn build_handler(args: &NodeArgs) -> CliResult<NodeHandler> {
         )),
         HandlerKind::Http => {
             let url = args.url.as_deref().unwrap_or_default();
-            NodeHandler::Http(Arc::new(HttpHandler::new(url).map_err(CliError::Usage)?))
+            let signer = webhook_signer(args)?;
+            NodeHandler::Http(Arc::new(
+                HttpHandler::new(url, signer).map_err(CliError::Usage)?,
+            ))
         }
     })
+}
+
+/// The signer of `--handler http`, from `--secrets-file` or DELAYQ_WEBHOOK_SECRETS; `None`
+/// (unsigned requests, warned about once here) when neither is set.
+fn webhook_signer(args: &NodeArgs) -> CliResult<Option<WebhookSigner>> {
+    let variable = match std::env::var(SECRETS_VARIABLE) {
+        Ok(value) => Some(value),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(CliError::Usage(format!(
+                "{SECRETS_VARIABLE} is not valid UTF-8"
+            )))
+        }
+    };
+    let signer = WebhookSigner::configured(args.secrets_file.as_deref(), variable.as_deref())
+        .map_err(|error| CliError::Usage(error.to_string()))?;
+    match &signer {
+        Some(signer) => tracing::info!(
+            secrets = signer.secrets(),
+            "--handler http signs each request (Standard Webhooks)"
+        ),
+        None => tracing::warn!(
+            "--handler http sends unsigned requests: a receiver cannot tell them from anyone \
+             else's; set {SECRETS_VARIABLE} or --secrets-file to sign them"
+        ),
+    }
+    Ok(signer)
 }
 
 /// The error that ends the node at once after a signal (exit status 130).

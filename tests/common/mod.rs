@@ -245,6 +245,7 @@ pub fn delayq_command(dir: &Path) -> Command {
         .env_remove("DELAYQ_KEY_PREFIX")
         .env_remove("DELAYQ_NODE_NAME")
         .env_remove("DELAYQ_CONFIG")
+        .env_remove("DELAYQ_WEBHOOK_SECRETS")
         .env_remove("RUST_LOG")
         .env_remove("NOTIFY_SOCKET")
         .env("RUST_BACKTRACE", "1");

@@ -20,7 +20,7 @@ use delayq_storage::{ClaimedTask, LeaseToken, StorageError, StorageResult};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
-use crate::handler::{HandlerError, HandlerFuture, ResourceExhausted};
+use crate::handler::{HandlerError, HandlerFuture, ResourceExhausted, RetryAfter};
 use crate::runtime::{next_run_number, QueueRuntime, RunningTask, Runtime};
 use crate::settle::{settle, RunOutcome};
 use crate::task::Task;
@@ -145,7 +145,10 @@ async fn run_claim(
         // The handler runs no more: its cluster-wide and node-wide slots are free for the
         // next one at once.
         fire.running_slots = None;
-        if matches!(outcome, RunOutcome::Succeeded | RunOutcome::Failed(_)) {
+        if matches!(
+            outcome,
+            RunOutcome::Succeeded | RunOutcome::Failed(_) | RunOutcome::RetryAfter { .. }
+        ) {
             queue.metrics.handler_ran(started.elapsed().as_secs_f64());
         }
         let slot = fire.queue_slot.take();
@@ -305,7 +308,13 @@ fn outcome_of(ran: Ran) -> RunOutcome {
         Ok(Ok(Err(error))) if ResourceExhausted::is_cause_of(&*error) => {
             RunOutcome::NoResources(error.to_string())
         }
-        Ok(Ok(Err(error))) => RunOutcome::Failed(error.to_string()),
+        Ok(Ok(Err(error))) => match RetryAfter::find_in(&*error) {
+            Some(asked) => RunOutcome::RetryAfter {
+                error: error.to_string(),
+                delay: asked.delay(),
+            },
+            None => RunOutcome::Failed(error.to_string()),
+        },
         Ok(Err(panic)) => {
             RunOutcome::Failed(format!("handler panicked: {}", panic_message(&*panic)))
         }

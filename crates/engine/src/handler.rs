@@ -7,7 +7,8 @@ use crate::task::Task;
 
 /// The error a handler returns: anything that can be shown. The text is kept as the task's
 /// last error; the attempt is retried with backoff or dead-lettered, unless the error is (or
-/// is caused by) a [`ResourceExhausted`].
+/// is caused by) a [`ResourceExhausted`] (put back, attempt not spent) or a [`RetryAfter`]
+/// (retried when it asks rather than on the backoff).
 pub type HandlerError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The error a handler returns when the *node*, not the task, failed: a resource needed to
@@ -55,6 +56,64 @@ impl ResourceExhausted {
     pub fn is_cause_of(error: &(dyn std::error::Error + 'static)) -> bool {
         std::iter::successors(Some(error), |error| error.source())
             .any(|error| error.is::<ResourceExhausted>())
+    }
+}
+
+/// The error a handler returns to have its task retried after [`delay`](RetryAfter::delay)
+/// instead of on the queue's backoff: the receiver said when to come back (an HTTP 429 or 503
+/// with `Retry-After`, a rate limit's reset, a maintenance window). The attempt *is* spent,
+/// as with any failure: once `max_attempts` ran out the task is dead-lettered, and the reason
+/// is kept as the task's last error.
+///
+/// The delay is capped at the queue's `backoff.max` (default 5 min), so that no retry waits
+/// longer than the queue's configuration allows, whoever asked: set `backoff.max` at least as
+/// high as the longest delay your receivers ask for. A zero delay retries at once.
+///
+/// The engine recognises it anywhere in the error's `source()` chain (a
+/// [`ResourceExhausted`] in the same chain wins). `delayq node --handler http` returns it for
+/// a 429 or 503 answer with a `Retry-After` header (delta seconds or an HTTP date).
+///
+/// ```
+/// use std::time::Duration;
+/// use delayq_engine::{HandlerError, RetryAfter, Task};
+///
+/// async fn handle(task: Task) -> Result<(), HandlerError> {
+///     let quota_resets_in = Duration::from_secs(20); // as the partner's API said
+///     if task.attempt == 1 {
+///         return Err(Box::new(RetryAfter::new(
+///             quota_resets_in,
+///             format!("partner quota used up; {} comes back when it resets", task.id),
+///         )));
+///     }
+///     Ok(())
+/// }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct RetryAfter {
+    delay: std::time::Duration,
+    reason: String,
+}
+
+impl RetryAfter {
+    /// The error: retry after `delay` (from the moment the engine records the failure), with
+    /// `reason` kept as the task's last error.
+    pub fn new(delay: std::time::Duration, reason: impl Into<String>) -> Self {
+        RetryAfter {
+            delay,
+            reason: reason.into(),
+        }
+    }
+
+    /// How long after the failure the task asks to be retried (before the queue's cap).
+    pub fn delay(&self) -> std::time::Duration {
+        self.delay
+    }
+
+    /// The first [`RetryAfter`] among `error` and its sources.
+    pub fn find_in<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a RetryAfter> {
+        std::iter::successors(Some(error), |error| error.source())
+            .find_map(|error| error.downcast_ref::<RetryAfter>())
     }
 }
 

@@ -57,6 +57,8 @@ mod unconfirmed;
 pub use builder::{MemoryBackend, SchedulerBuilder};
 pub use delayq_storage::{Cancel, ScheduleMode, UnknownScheduleMode};
 pub use error::{EngineError, EngineResult};
-pub use handler::{Handler, HandlerError, HandlerFuture, ResourceExhausted, RESOURCE_RETRY_DELAY};
+pub use handler::{
+    Handler, HandlerError, HandlerFuture, ResourceExhausted, RetryAfter, RESOURCE_RETRY_DELAY,
+};
 pub use scheduler::{ScheduleRequest, Scheduler};
 pub use task::{Scheduled, Task, When};

@@ -11,6 +11,12 @@ use crate::runtime::{QueueRuntime, Runtime};
 pub(crate) enum RunOutcome {
     Succeeded,
     Failed(String),
+    /// Failed, and asked to be retried after `delay` rather than on the backoff
+    /// ([`RetryAfter`](crate::handler::RetryAfter)).
+    RetryAfter {
+        error: String,
+        delay: std::time::Duration,
+    },
     /// The handler could not start for lack of the node's resources
     /// ([`ResourceExhausted`](crate::handler::ResourceExhausted)): the task goes back without
     /// spending its attempt.
@@ -30,6 +36,10 @@ pub(crate) async fn settle(
         RunOutcome::Succeeded => settle_success(runtime, queue, &claimed.token).await,
         RunOutcome::Failed(error) => {
             let action = failure_action(runtime, queue, claimed.attempt);
+            settle_failure(runtime, queue, claimed, &error, action).await;
+        }
+        RunOutcome::RetryAfter { error, delay } => {
+            let action = asked_retry_action(runtime, queue, claimed.attempt, delay);
             settle_failure(runtime, queue, claimed, &error, action).await;
         }
         RunOutcome::NoResources(error) => {
@@ -144,6 +154,23 @@ fn failure_action(runtime: &Runtime, queue: &QueueRuntime, attempt: u32) -> Fail
     } else {
         let jitter: f64 = rand::rng().random();
         let delay = queue.settings.backoff_delay(attempt, jitter);
+        FailAction::RetryAt(runtime.clock.now_ms() + delay.as_millis() as u64)
+    }
+}
+
+/// What follows a failed `attempt` whose handler asked to be retried after `delay`: a retry
+/// then, capped at the queue's `backoff.max`, or the dead letters once `max_attempts` ran out
+/// (the attempt counts).
+fn asked_retry_action(
+    runtime: &Runtime,
+    queue: &QueueRuntime,
+    attempt: u32,
+    delay: std::time::Duration,
+) -> FailAction {
+    if attempt >= queue.settings.max_attempts {
+        FailAction::DeadLetter
+    } else {
+        let delay = delay.min(queue.settings.backoff.max);
         FailAction::RetryAt(runtime.clock.now_ms() + delay.as_millis() as u64)
     }
 }

@@ -6,12 +6,20 @@
 //! attempt instead and names the `Location` to configure. Secrets in the URL (its
 //! `user:password@` and its query string, where tokens usually sit) never reach an error,
 //! a task's `last_error` or a log line.
+//!
+//! Every request carries the Standard Webhooks headers `webhook-id` and `webhook-timestamp`,
+//! and `webhook-signature` when secrets are configured (see [`super::webhook`]). A 429 or 503
+//! with a `Retry-After` fails the attempt with a [`RetryAfter`]: the task is retried when the
+//! receiver asked, not on the backoff.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use delayq_engine::{HandlerError, Task};
+use delayq_engine::{HandlerError, RetryAfter, Task};
+use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::StatusCode;
 
+use super::webhook::{webhook_id, webhook_timestamp, WebhookSigner};
 use super::{excerpt_start, failure, task_json};
 
 /// How long connecting to the receiver may take.
@@ -22,17 +30,22 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 const BODY_READ_LIMIT: usize = 4096;
 /// How much of that body goes into the task's `last_error`.
 const BODY_EXCERPT: usize = 300;
+/// How much of a `Retry-After` value goes into the task's `last_error`.
+const RETRY_AFTER_EXCERPT: usize = 64;
 
 /// POSTs `{"queue","id","due_ms","fired_ms","attempt","generation","node","payload"}` per task
 /// (`payload_base64` instead of `payload` when the payload is not UTF-8). A 2xx status acks;
 /// any other status (a redirect included), or a transport error, fails the attempt, except
 /// a connection that could not be made for lack of the node's resources (`EMFILE`, ...):
-/// that task is put back with its attempt unspent.
+/// that task is put back with its attempt unspent. A 429 or 503 with a `Retry-After` is
+/// retried when it says (see [`RetryAfter`] for the cap).
 pub struct HttpHandler {
     url: reqwest::Url,
     /// `url` with its credentials and query hidden, for messages.
     shown: String,
     client: reqwest::Client,
+    /// Signs each request; `None`: unsigned.
+    signer: Option<WebhookSigner>,
 }
 
 impl fmt::Debug for HttpHandler {
@@ -44,8 +57,9 @@ impl fmt::Debug for HttpHandler {
 }
 
 impl HttpHandler {
-    /// A handler posting to `url` (http or https). Fails on a bad URL.
-    pub fn new(url: &str) -> Result<Self, String> {
+    /// A handler posting to `url` (http or https), signing with `signer` when there is
+    /// one. Fails on a bad URL.
+    pub fn new(url: &str, signer: Option<WebhookSigner>) -> Result<Self, String> {
         let shown = redact_url(url);
         let parsed = reqwest::Url::parse(url)
             .map_err(|error| format!("invalid value {shown:?} for --url: {error}"))?;
@@ -68,16 +82,29 @@ impl HttpHandler {
             shown: redact_url(parsed.as_str()),
             url: parsed,
             client,
+            signer,
         })
     }
 
     /// Posts `task`.
     pub async fn run(&self, task: &Task) -> Result<(), HandlerError> {
         let shown = &self.shown;
-        let mut response = self
+        // Serialized here, not by reqwest: the signature is over these very bytes.
+        let body = serde_json::to_vec(&task_json(task))
+            .map_err(|error| format!("cannot encode the task as JSON: {error}"))?;
+        let id = webhook_id(task);
+        let timestamp = webhook_timestamp();
+        let mut request = self
             .client
             .post(self.url.clone())
-            .json(&task_json(task))
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .header("webhook-timestamp", timestamp);
+        if let Some(signer) = &self.signer {
+            request = request.header("webhook-signature", signer.sign(&id, timestamp, &body));
+        }
+        let mut response = request
+            .header("webhook-id", id)
+            .body(body)
             .send()
             .await
             // A connect that failed for lack of open files or memory never reached the
@@ -100,6 +127,7 @@ impl HttpHandler {
             )
             .into());
         }
+        let retry_after = retry_after_of(status, response.headers());
         let mut body = Vec::new();
         // Only the start of the body: an error page may be huge or never end.
         while body.len() < BODY_READ_LIMIT {
@@ -111,13 +139,66 @@ impl HttpHandler {
         body.truncate(BODY_READ_LIMIT);
         drop(response);
         let body = excerpt_start(&body, BODY_EXCERPT);
-        Err(if body.is_empty() {
-            format!("POST {shown} answered {status}")
+        let answered = match &retry_after {
+            Some(RetryAfterHeader { text, delay: None }) => {
+                format!(
+                    "{status} with Retry-After {text:?}, not understood: retried on the backoff"
+                )
+            }
+            Some(RetryAfterHeader { text, .. }) => format!("{status} (Retry-After: {text})"),
+            None => status.to_string(),
+        };
+        let message = if body.is_empty() {
+            format!("POST {shown} answered {answered}")
         } else {
-            format!("POST {shown} answered {status}: {body}")
-        }
-        .into())
+            format!("POST {shown} answered {answered}: {body}")
+        };
+        Err(match retry_after.and_then(|header| header.delay) {
+            Some(delay) => Box::new(RetryAfter::new(delay, message)),
+            None => message.into(),
+        })
     }
+}
+
+/// A `Retry-After` header of a 429 or 503 answer.
+struct RetryAfterHeader {
+    /// Its value as shown in messages (cut short).
+    text: String,
+    /// The delay it asks for; `None` when it is neither delta seconds nor an HTTP date.
+    delay: Option<Duration>,
+}
+
+/// The `Retry-After` of a 429 (Too Many Requests) or 503 (Service Unavailable) answer; other
+/// statuses' are not a request to come back later.
+fn retry_after_of(
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+) -> Option<RetryAfterHeader> {
+    if !matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        return None;
+    }
+    let value = headers.get(RETRY_AFTER)?;
+    let text = String::from_utf8_lossy(value.as_bytes());
+    Some(RetryAfterHeader {
+        delay: retry_after_delay(&text, SystemTime::now()),
+        text: excerpt_start(text.as_bytes(), RETRY_AFTER_EXCERPT),
+    })
+}
+
+/// The delay a `Retry-After` value asks for at `now`: delta seconds (`120`) or an HTTP date
+/// (`Wed, 21 Oct 2015 07:28:00 GMT`; one already past asks for no delay). `None` for anything
+/// else.
+fn retry_after_delay(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|byte| byte.is_ascii_digit()) {
+        // More digits than a u64 holds is still "much later": the engine caps it.
+        return Some(Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// A transport error without the URL reqwest puts in its message (it may carry
@@ -211,17 +292,65 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_refused_without_showing_its_secrets() {
-        let error = HttpHandler::new("ftp://user:secret@host/x?token=SECRET").expect_err("ftp");
+        let error =
+            HttpHandler::new("ftp://user:secret@host/x?token=SECRET", None).expect_err("ftp");
         assert!(
             !error.contains("secret") && !error.contains("SECRET"),
             "{error}"
         );
         assert!(error.contains("ftp://***@host/x?***"), "{error}");
-        let error = HttpHandler::new("http://user:secret@[::1/x?token=SECRET").expect_err("bad");
+        let error =
+            HttpHandler::new("http://user:secret@[::1/x?token=SECRET", None).expect_err("bad");
         assert!(
             !error.contains("secret") && !error.contains("SECRET"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_or_an_http_date() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").expect("a date");
+        assert_eq!(retry_after_delay("2", now), Some(Duration::from_secs(2)));
+        assert_eq!(
+            retry_after_delay(" 120 ", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            retry_after_delay("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            retry_after_delay("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO),
+            "a date already past: at once"
+        );
+        assert_eq!(
+            retry_after_delay("99999999999999999999999", now),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        for bad in ["", "-1", "1.5", "soon", "2 s"] {
+            assert_eq!(retry_after_delay(bad, now), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_429_and_503_ask_to_come_back() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("3"));
+        for status in [
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::SERVICE_UNAVAILABLE,
+        ] {
+            let header = retry_after_of(status, &headers).expect("asked");
+            assert_eq!(header.delay, Some(Duration::from_secs(3)));
+            assert_eq!(header.text, "3");
+        }
+        assert!(retry_after_of(StatusCode::INTERNAL_SERVER_ERROR, &headers).is_none());
+        assert!(retry_after_of(
+            StatusCode::TOO_MANY_REQUESTS,
+            &reqwest::header::HeaderMap::new()
+        )
+        .is_none());
     }
 
     #[tokio::test]
@@ -230,9 +359,10 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("address").port();
         drop(listener);
-        let handler = HttpHandler::new(&format!(
-            "http://user:secret@127.0.0.1:{port}/hook?token=SECRET"
-        ))
+        let handler = HttpHandler::new(
+            &format!("http://user:secret@127.0.0.1:{port}/hook?token=SECRET"),
+            None,
+        )
         .expect("valid URL");
         assert!(!format!("{handler:?}").contains("secret"));
         let task = Task {

@@ -5,6 +5,7 @@ mod exec;
 mod http;
 mod log;
 mod process;
+mod webhook;
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use serde_json::{Map, Value};
 pub use exec::ExecHandler;
 pub use http::HttpHandler;
 pub use log::LogHandler;
+pub use webhook::{WebhookSigner, SECRETS_VARIABLE};
 
 use super::values::insert_payload;
 
