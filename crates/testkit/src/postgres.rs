@@ -31,8 +31,8 @@ pub struct PostgresOptions {
     pub settings: Vec<(String, String)>,
 }
 
-/// A `postgres` server owned by one test. Killed (the whole process group, SIGKILL) and reaped
-/// on drop; the tail of its log is printed when the test is panicking.
+/// A `postgres` server owned by one test. Killed (the postmaster and its backends, SIGKILL)
+/// and reaped on drop; the tail of its log is printed when the test is panicking.
 #[derive(Debug)]
 pub struct PostgresServer {
     child: Option<Child>,
@@ -72,7 +72,7 @@ impl PostgresServer {
         for _ in 0..5 {
             let dir = tempfile::Builder::new()
                 .prefix("delayq-pg-")
-                .tempdir()
+                .tempdir_in(pg_template::scratch_root())
                 .expect("create a temporary directory for postgres");
             let mut server = PostgresServer {
                 child: None,
@@ -202,13 +202,11 @@ impl PostgresServer {
         }
     }
 
-    /// Kills the server and all its backends (SIGKILL to the process group) and reaps it: a
-    /// crash, no shutdown. Connections are refused until [`PostgresServer::restart`].
+    /// Kills the server and all its backends (SIGKILL) and reaps it: a crash, no shutdown.
+    /// Connections are refused until [`PostgresServer::restart`].
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            signal_group(&child, rustix::process::Signal::KILL);
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_server(&mut child);
         }
     }
 
@@ -225,16 +223,13 @@ impl PostgresServer {
         );
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
+            // The postmaster exits after its backends.
             if let Ok(Some(_)) = child.try_wait() {
-                // Backends exit with the postmaster; any straggler goes with the group.
-                signal_group(&child, rustix::process::Signal::KILL);
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        signal_group(&child, rustix::process::Signal::KILL);
-        let _ = child.kill();
-        let _ = child.wait();
+        kill_server(&mut child);
     }
 
     /// Stops the server if it runs (fast shutdown), then starts it again on the same port and
@@ -350,8 +345,6 @@ impl PostgresServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::from(log));
-        // Its own process group, so that a kill takes every backend with the postmaster.
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
         if let Some(account) = &self.account {
             account.apply(&mut command);
         }
@@ -375,9 +368,7 @@ impl PostgresServer {
                 ));
             }
             if Instant::now() > deadline {
-                signal_group(&child, rustix::process::Signal::KILL);
-                let _ = child.kill();
-                let _ = child.wait();
+                kill_server(&mut child);
                 return Err(format!(
                     "postgres not ready within {START_LIMIT:?}\n{}",
                     self.log_tail(30)
@@ -397,9 +388,54 @@ impl Drop for PostgresServer {
     }
 }
 
-/// Sends `signal` to the process group that `child` leads (it was spawned as its leader).
-fn signal_group(child: &Child, signal: rustix::process::Signal) {
-    let _ = rustix::process::kill_process_group(rustix::process::Pid::from_child(child), signal);
+/// SIGKILLs the postmaster `child` and every process it forked, and reaps it. Each backend
+/// is the leader of its own session (postgres calls `setsid`), so a process-group kill would
+/// miss them; the postmaster is stopped first so that it forks no new one meanwhile.
+fn kill_server(child: &mut Child) {
+    use rustix::process::{kill_process, Pid, Signal};
+    let postmaster = Pid::from_child(child);
+    let _ = kill_process(postmaster, Signal::STOP);
+    let backends = children_of(postmaster.as_raw_nonzero().get());
+    for pid in &backends {
+        if let Some(pid) = Pid::from_raw(*pid) {
+            let _ = kill_process(pid, Signal::KILL);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    // A backend that has not exited yet still holds the shared memory a restart needs.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while backends.iter().any(|pid| alive(*pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The processes whose parent is `parent` (from /proc).
+fn children_of(parent: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| stat(*pid).is_some_and(|(_, ppid)| ppid == parent))
+        .collect()
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    stat(pid).is_some_and(|(state, _)| state != 'Z' && state != 'X')
+}
+
+/// The state and parent of `pid` from /proc/<pid>/stat.
+fn stat(pid: i32) -> Option<(char, i32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses; it ends at the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
 }
 
 #[cfg(test)]
