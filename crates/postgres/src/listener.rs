@@ -20,7 +20,8 @@
 //! ```
 //!
 //! NOTIFY is transactional: a notification is delivered when (and only if) the transaction
-//! that sent it commits.
+//! that sent it commits. The listener's session shows in `pg_stat_activity` with the
+//! `application_name` of the pool suffixed by `-listener`.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -246,7 +247,7 @@ struct Keeper {
 impl Keeper {
     /// A new connection with its driver running and every channel LISTENed.
     async fn connect(&mut self) -> Result<Live> {
-        let (client, connection) = self.database.connect_dedicated("listen").await?;
+        let (client, connection) = self.database.connect_as("listen", Some("listener")).await?;
         let (closed_tx, closed) = oneshot::channel();
         let driver = tokio::spawn(drive(
             connection,

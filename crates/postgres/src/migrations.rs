@@ -26,11 +26,18 @@ impl Migration {
 }
 
 /// Every migration of this release, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "meta",
-    sql: include_str!("../migrations/0001_meta.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "meta",
+        sql: include_str!("../migrations/0001_meta.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "tasks",
+        sql: include_str!("../migrations/0002_tasks.sql"),
+    },
+];
 
 /// FNV-1a, 64 bits: stable across Rust releases and platforms, unlike std's hasher.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {

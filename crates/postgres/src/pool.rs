@@ -188,8 +188,25 @@ impl Database {
         &self,
         operation: &'static str,
     ) -> Result<(tokio_postgres::Client, DedicatedConnection)> {
-        self.resolved
-            .pg
+        self.connect_as(operation, None).await
+    }
+
+    /// [`Database::connect_dedicated`] with `application_name` suffixed by `-<role>` (so
+    /// that `pg_stat_activity` tells the listener from the pool).
+    pub(crate) async fn connect_as(
+        &self,
+        operation: &'static str,
+        role: Option<&str>,
+    ) -> Result<(tokio_postgres::Client, DedicatedConnection)> {
+        let mut config = self.resolved.pg.clone();
+        if let Some(role) = role {
+            let name = format!(
+                "{}-{role}",
+                config.get_application_name().unwrap_or("delayq")
+            );
+            config.application_name(&name);
+        }
+        config
             .connect(self.connector.clone())
             .await
             .map_err(|error| self.error(operation, &error))

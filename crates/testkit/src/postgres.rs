@@ -318,6 +318,9 @@ impl PostgresServer {
             // 3 × `wal_writer_delay`), which the fault tests must never see.
             ("full_page_writes".into(), "off".into()),
             ("shared_buffers".into(), "32MB".into()),
+            // Dynamic shared memory as files in the data directory: a killed server's
+            // segments go with its temporary directory instead of piling up in /dev/shm.
+            ("dynamic_shared_memory_type".into(), "mmap".into()),
             ("max_connections".into(), "200".into()),
         ];
         if self.binaries.pg_stat_statements {
