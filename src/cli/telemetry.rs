@@ -49,10 +49,6 @@ impl Telemetry {
 pub fn init(default_level: &str, export_spans: bool) -> Telemetry {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    let logs = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_filter(filter);
     let (provider, problem) = if export_spans && endpoint_configured() {
         match otlp_provider() {
             Ok(provider) => (Some(provider), None),
@@ -61,24 +57,37 @@ pub fn init(default_level: &str, export_spans: bool) -> Telemetry {
     } else {
         (None, None)
     };
-    let spans = provider.as_ref().map(|provider| {
-        // delayq's own spans (the fire's is at debug level) and the events inside them,
-        // which become the span's events; nothing of the other crates.
-        let targets = Targets::new()
-            .with_target("delayq_engine", Level::DEBUG)
-            .with_target("delayq_http", Level::DEBUG)
-            .with_target("delayq", Level::DEBUG);
-        tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("delayq"))
-            .with_filter(targets)
-    });
+    let Some(provider) = provider else {
+        // Exactly the logging of a build without tracing: one global filter, no per-layer
+        // filtering, so nothing costs more per fired task than before.
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
+        if let Some(problem) = problem {
+            tracing::warn!(error = %problem, "OTLP span export is configured but could not start; running without it");
+        }
+        return Telemetry { provider: None };
+    };
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(filter);
+    // delayq's own spans (the fire's is at debug level) and the events inside them, which
+    // become the span's events; nothing of the other crates.
+    let targets = Targets::new()
+        .with_target("delayq_engine", Level::DEBUG)
+        .with_target("delayq_http", Level::DEBUG)
+        .with_target("delayq", Level::DEBUG);
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("delayq"))
+        .with_filter(targets);
     tracing_subscriber::registry().with(logs).with(spans).init();
-    if let Some(problem) = problem {
-        tracing::warn!(error = %problem, "OTLP span export is configured but could not start; running without it");
-    } else if provider.is_some() {
-        tracing::info!("exporting spans over OTLP");
+    tracing::info!("exporting spans over OTLP");
+    Telemetry {
+        provider: Some(provider),
     }
-    Telemetry { provider }
 }
 
 /// Whether an OTLP endpoint is set (and the SDK not disabled by `OTEL_SDK_DISABLED=true` or
