@@ -5,12 +5,10 @@
 
 mod cli;
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 use cli::{clap_error_line, Cli};
 
@@ -41,7 +39,8 @@ fn main() -> ExitCode {
         }
     };
     quiet_panics();
-    init_logging(if cli.runs_node() { "info" } else { "warn" });
+    let runs_node = cli.runs_node();
+    let telemetry = cli::telemetry::init(if runs_node { "info" } else { "warn" }, runs_node);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,6 +54,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(cli::run(cli));
     // Do not wait for a blocking read of stdin that may still be parked.
     runtime.shutdown_timeout(Duration::from_millis(200));
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -62,17 +62,6 @@ fn main() -> ExitCode {
             ExitCode::from(error.exit_code())
         }
     }
-}
-
-/// Logs to stderr (stdout carries data), filtered by `RUST_LOG`, else `default_level`.
-fn init_logging(default_level: &str) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
 }
 
 /// A panic (a bug) prints one line naming where it happened, not a backtrace.

@@ -56,7 +56,8 @@ fn serve_speaks_the_cli_objects_behind_a_token_and_joins_no_cluster() {
     assert!(page
         .as_str()
         .is_some_and(|html| html.contains("<title>delayq</title>")));
-    // A bulk load answers like `delayq schedule --from`, plus the errors by index.
+    // A bulk load answers like `delayq schedule --from`; a malformed item, which the CLI
+    // reports by its line and skips, refuses the whole HTTP body naming its index.
     let lines = [
         json!({"id": "b-1", "delay_ms": 3_600_000}),
         json!({"id": "b-2", "in": "soon"}),
@@ -67,17 +68,26 @@ fn serve_speaks_the_cli_objects_behind_a_token_and_joins_no_cluster() {
     std::fs::write(&file, text.concat()).expect("write the lines");
     let output = env.run(&["schedule", "bulk-cli", "--from", &file.to_string_lossy()]);
     let from_cli: serde_json::Value = serde_json::from_slice(&output.stdout).expect("a summary");
-    let (status, over_http) = http_call(
-        "POST",
-        &format!("{}/v1/queues/bulk-http/tasks", serve.url),
-        Some("t0ken"),
-        Some(json!(lines)),
+    let bulk_url = format!("{}/v1/queues/bulk-http/tasks", serve.url);
+    let (status, refused) = http_call("POST", &bulk_url, Some("t0ken"), Some(json!(lines)));
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("index 1") && error.contains("soon")),
+        "{refused}"
     );
+    let good = [lines[0].clone(), lines[2].clone()];
+    let (status, over_http) = http_call("POST", &bulk_url, Some("t0ken"), Some(json!(good)));
     assert_eq!(status, 200, "{over_http}");
-    for (key, value) in from_cli.as_object().expect("an object") {
-        assert_eq!(&over_http[key], value, "{key}: {from_cli} vs {over_http}");
+    for key in ["scheduled", "replaced", "duplicates", "kept"] {
+        assert_eq!(
+            over_http[key], from_cli[key],
+            "{key}: {from_cli} vs {over_http}"
+        );
     }
-    assert_eq!(over_http["errors"][0]["index"], 1, "{over_http}");
+    assert_eq!(from_cli["failed"], 1, "{from_cli}");
+    assert_eq!(over_http["failed"], 0, "{over_http}");
 
     let (_, cancelled) = http_call("DELETE", &task_url, Some("t0ken"), None);
     assert_eq!(cancelled, json!({"cancelled": true}));

@@ -9,13 +9,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
+use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
+use common::recorder::{self, Answer, Recorded, Requests};
 use common::{wait_until, Env, NodeProcess};
 use serde_json::{json, Value};
 
@@ -47,93 +46,37 @@ fn secret(seed: u8) -> String {
     )
 }
 
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-struct Received {
-    /// Header names lowercased.
-    headers: BTreeMap<String, String>,
-    body: Vec<u8>,
-    /// When it arrived.
-    at: Instant,
+/// The body's task id.
+fn task_id(request: &Recorded) -> String {
+    body_json(request)["id"].as_str().expect("an id").to_owned()
 }
 
-impl Received {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("the body is JSON")
-    }
-
-    fn task_id(&self) -> String {
-        self.json()["id"].as_str().expect("an id").to_owned()
-    }
+fn body_json(request: &Recorded) -> Value {
+    serde_json::from_slice(&request.body).expect("the body is JSON")
 }
-
-/// The requests so far, in arrival order.
-type Log = Arc<Mutex<Vec<Received>>>;
 
 /// A local receiver that records every request and answers by the task's id and how many
 /// requests for it came before: `flaky-*` gets a 500 first, `busy429-*` a 429 and
 /// `busy503-*` a 503 with `Retry-After: 2`, `doomed-*` always a 500; the rest, and every
 /// later request, 200.
-fn start_receiver() -> (String, Log) {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a local port");
-    let url = format!("http://{}/hook", listener.local_addr().expect("an address"));
-    let log: Log = Arc::default();
-    let requests = log.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
-            let Some(received) = read_request(&mut reader) else {
-                continue;
-            };
-            let id = received.task_id();
-            let earlier = {
-                let mut log = requests.lock().expect("log lock");
-                let earlier = log.iter().filter(|r| r.task_id() == id).count();
-                log.push(received);
-                earlier
-            };
-            let (status, extra) = match (id.split('-').next(), earlier) {
-                (Some("flaky"), 0) => ("500 Internal Server Error", ""),
-                (Some("busy429"), 0) => ("429 Too Many Requests", "retry-after: 2\r\n"),
-                (Some("busy503"), 0) => ("503 Service Unavailable", "retry-after: 2\r\n"),
-                (Some("doomed"), _) => ("500 Internal Server Error", ""),
-                _ => ("200 OK", ""),
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\n{extra}content-length: 2\r\nconnection: close\r\n\r\nno"
-            );
+fn start_receiver() -> (String, Requests) {
+    let (url, requests) = recorder::start(|request, before| {
+        let id = task_id(request);
+        let earlier = before.iter().filter(|r| task_id(r) == id).count();
+        let (status, headers) = match (id.split('-').next(), earlier) {
+            (Some("flaky"), 0) => ("500 Internal Server Error", ""),
+            (Some("busy429"), 0) => ("429 Too Many Requests", "retry-after: 2\r\n"),
+            (Some("busy503"), 0) => ("503 Service Unavailable", "retry-after: 2\r\n"),
+            (Some("doomed"), _) => ("500 Internal Server Error", ""),
+            _ => ("200 OK", ""),
+        };
+        Answer {
+            status,
+            headers: headers.to_owned(),
+            body: b"no".to_vec(),
         }
     });
-    (url, log)
-}
-
-/// Reads one HTTP/1.1 request (request line, headers, a `Content-Length` body).
-fn read_request(reader: &mut impl BufRead) -> Option<Received> {
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let mut headers = BTreeMap::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (name, value) = line.split_once(':')?;
-        headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
-    }
-    let length = headers.get("content-length")?.parse().ok()?;
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some(Received {
-        headers,
-        body,
-        at: Instant::now(),
-    })
+    (format!("{url}/hook"), requests)
 }
 
 /// Verifies each `(secret, request)` with the `standardwebhooks` library: `"ok"` or
@@ -208,7 +151,7 @@ fn spawn_http_node(env: &Env, url: &str, secrets: Option<&str>, args: &[&str]) -
     node
 }
 
-fn wait_for_done(env: &Env, queue: &str, id: &str, log: &Log) {
+fn wait_for_done(env: &Env, queue: &str, id: &str, log: &Requests) {
     wait_until(
         Duration::from_secs(30),
         &format!("{queue}/{id} to be done"),
@@ -224,9 +167,9 @@ fn wait_for_done(env: &Env, queue: &str, id: &str, log: &Log) {
 }
 
 /// The requests for task `id`, in order.
-fn requests_for(log: &Log, id: &str) -> Vec<Received> {
+fn requests_for(log: &Requests, id: &str) -> Vec<Recorded> {
     let log = log.lock().expect("log lock");
-    log.iter().filter(|r| r.task_id() == id).cloned().collect()
+    log.iter().filter(|r| task_id(r) == id).cloned().collect()
 }
 
 /// Asserts no secret (nor its key alone) is in `text`.
@@ -269,7 +212,7 @@ fn every_request_verifies_with_either_secret_while_rotating_and_keeps_its_id_on_
         );
         assert!(signatures.split(' ').all(|s| s.starts_with("v1,")));
         assert_eq!(request.headers["content-type"], "application/json");
-        let body = request.json();
+        let body = body_json(request);
         assert_eq!(
             request.headers["webhook-id"],
             format!(
@@ -311,8 +254,8 @@ fn every_request_verifies_with_either_secret_while_rotating_and_keeps_its_id_on_
     );
     assert_eq!(
         (
-            flaky[0].json()["attempt"].clone(),
-            flaky[1].json()["attempt"].clone()
+            body_json(&flaky[0])["attempt"].clone(),
+            body_json(&flaky[1])["attempt"].clone()
         ),
         (json!(1), json!(2))
     );
@@ -360,7 +303,7 @@ fn a_429_or_503_with_retry_after_is_retried_then_rather_than_on_the_backoff() {
             "{id}: the id is stable across a retry"
         );
         assert_eq!(
-            requests[1].json()["attempt"],
+            body_json(&requests[1])["attempt"],
             2,
             "the asked-for retry counts"
         );

@@ -16,6 +16,7 @@ mod recurring;
 mod schedule;
 mod serve;
 mod stats;
+pub mod telemetry;
 mod values;
 
 use std::path::{Path, PathBuf};

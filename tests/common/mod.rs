@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub mod fault_proxy;
+pub mod recorder;
 
 use delayq_testkit::RedisServer;
 use serde::Deserialize;
@@ -246,6 +247,9 @@ pub fn delayq_command(dir: &Path) -> Command {
         .env_remove("DELAYQ_NODE_NAME")
         .env_remove("DELAYQ_CONFIG")
         .env_remove("DELAYQ_WEBHOOK_SECRETS")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("TRACEPARENT")
         .env_remove("RUST_LOG")
         .env_remove("NOTIFY_SOCKET")
         .env("RUST_BACKTRACE", "1");

@@ -125,6 +125,18 @@ pub const PYTHON_TOOLS: &[PythonTool] = &[
         provides: Provides::Module("standardwebhooks"),
         env: "DELAYQ_STANDARDWEBHOOKS_PYTHON",
     },
+    // crates/http/tests/schemathesis.rs: the server against its own OpenAPI document.
+    PythonTool {
+        requirement: "schemathesis==4.32.5",
+        provides: Provides::Executable("st"),
+        env: "DELAYQ_SCHEMATHESIS",
+    },
+    // clients/generate.sh and crates/http/tests/clients.rs: the generated Python client.
+    PythonTool {
+        requirement: "openapi-python-client==0.29.1",
+        provides: Provides::Executable("openapi-python-client"),
+        env: "DELAYQ_OPENAPI_PYTHON_CLIENT",
+    },
 ];
 
 impl Probe {

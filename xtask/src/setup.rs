@@ -125,7 +125,7 @@ fn install_os_packages(verbose: bool) -> Result<(), String> {
     };
     // A failed update leaves the old lists, which may still do.
     let _ = apt(&["update", "-qq"]).status();
-    let mut install = apt(&["install", "-y", "-qq", "--no-install-recommends"]);
+    let mut install = apt(&["install", "-y", "-qq"]);
     install.args(&packages);
     if !install.status().is_ok_and(|status| status.success()) {
         return Err(format!("apt-get install failed; {hint}"));

@@ -224,8 +224,21 @@ fn start(
     for (claimed, slots) in batch {
         // Debug level: at info, formatting a span's fields for every fire cost a tenth of
         // the node's CPU. The events of the settling name the task's queue and id themselves.
+        // The `otel.*` and `messaging.*` fields are the OpenTelemetry messaging conventions'
+        // for a consumer's "process" span: a tracing-opentelemetry layer that enables this
+        // span (target `delayq_engine::dispatch`, level debug) exports it as such.
         let span = tracing::debug_span!(
             "task",
+            otel.name = %ProcessSpanName(queue.name.as_str()),
+            otel.kind = "consumer",
+            messaging.system = "delayq",
+            messaging.operation.type = "process",
+            messaging.operation.name = "fire",
+            messaging.destination.name = %queue.name,
+            messaging.message.id = %claimed.id,
+            messaging.delayq.attempt = claimed.attempt,
+            messaging.delayq.generation = claimed.generation,
+            messaging.delayq.due_ms = claimed.due_ms,
             queue = %queue.name,
             id = %claimed.id,
             attempt = claimed.attempt,
@@ -379,6 +392,16 @@ fn record_tick_fired(runtime: &Arc<Runtime>, task: &Task) {
             tracing::debug!(schedule = %name, %error, "could not record a tick's fire");
         }
     });
+}
+
+/// The fire span's OpenTelemetry name, `process <queue>` (the messaging conventions'
+/// `{operation} {destination}`), formatted only when the span is enabled.
+struct ProcessSpanName<'a>(&'a str);
+
+impl std::fmt::Display for ProcessSpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "process {}", self.0)
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

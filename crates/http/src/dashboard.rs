@@ -18,7 +18,7 @@ const STYLE: &str = include_str!("../assets/style.css");
 /// well as nested in a larger router. It also tells the script whether changes are refused
 /// (read-only: no retry or purge buttons) and whether this process fires tasks (only then
 /// does it have a lateness to show).
-#[utoipa::path(get, path = "/", tag = "dashboard", operation_id = "dashboard",
+#[utoipa::path(get, path = "/", tag = "dashboard", operation_id = "dashboard_page",
     responses((status = 200, description = "The dashboard page", body = String, content_type = "text/html")))]
 pub(crate) async fn index(state: State, OriginalUri(uri): OriginalUri) -> Response {
     let base = base_href(uri.path())

@@ -50,6 +50,16 @@
 //! GET    /healthz  /readyz  /metrics  /
 //! ```
 //!
+//! The document is exact: it gives the patterns and lengths of queue names, task ids and
+//! schedule names, the bounds of every number (`due_ms` at least 10^11: a smaller number
+//! looks like seconds and is refused, as the CLI's `--at` refuses it), the fields each body
+//! takes (`additionalProperties: false`; a field is given or left out, `null` is refused),
+//! every status each route answers with its error body, the bearer requirement only when
+//! `http.token` is set, and links from an answer to the routes it names. A bulk body with a
+//! malformed item is refused whole (400 naming the item's index); an item the store refuses
+//! (a payload over `max_payload`) fails alone in `errors`. Schemathesis checks the server
+//! against it (crates/http/tests/schemathesis.rs).
+//!
 //! The lists take `limit` in 1..=1,000 (default 20; else 400), read at most `limit` records
 //! from Redis overall, and show each payload cut to its first
 //! [`json::PAYLOAD_PREVIEW_BYTES`] bytes with `payload_bytes` and `payload_truncated`
@@ -70,6 +80,7 @@ pub mod json;
 mod openapi;
 mod prometheus;
 mod routes;
+mod schemas;
 mod server;
 pub mod time;
 
@@ -240,10 +251,10 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
         .routes(routes!(dashboard::index))
         .routes(routes!(dashboard::asset))
         .split_for_parts();
-    let document = openapi::finish(document);
+    let document = openapi::finish(document, state.options.token.is_some());
     // Serialising a document of plain strings and maps cannot fail; an empty answer would
     // show it if it ever did.
-    let json = document.to_pretty_json().unwrap_or_default();
+    let json = serde_json::to_vec_pretty(&document).unwrap_or_default();
     let _ = state.openapi.set(bytes::Bytes::from(json));
     router
         .fallback(routes::not_found)

@@ -9,9 +9,12 @@
 //! routes the finished `axum::Router` serves with the document's operations, so a route
 //! added beside the list fails it.
 //!
-//! What the guard in front of `/v1` does is documented here, once, rather than on every
-//! handler: each `/v1` operation gets the bearer security requirement and the 401 answer,
-//! and each change (any method but GET) the 403 answer (read-only mode, cross-site request).
+//! What the guards do is documented here, once, rather than on every handler
+//! ([`finish`]): every operation gets the Host guard's 421; with `http.token` set each `/v1`
+//! operation gets the bearer security requirement and the 401 answer (without a token, no
+//! requirement at all: the document states the server as configured); each change (any
+//! method but GET) gets the 403 answer (read-only mode, cross-site request). The bodies'
+//! and path parameters' schemas are the exact ones of [`crate::schemas`].
 //!
 //! The document itself sits under `/v1`, so with `http.token` set it needs the token like the
 //! rest of `/v1`: it is read-only metadata, but one rule for all of `/v1` ("the token guards
@@ -23,10 +26,8 @@ use std::sync::Arc;
 
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use utoipa::openapi::path::{Operation, PathItem};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use serde_json::{json, Value};
 use utoipa::openapi::OpenApi;
-use utoipa::IntoResponses;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::ApiError;
@@ -52,24 +53,6 @@ pub(crate) struct ErrorBody {
 )]
 #[allow(dead_code)]
 pub(crate) struct BadRequest(ErrorBody);
-
-/// 401: the token is missing or wrong (only when `http.token` is set).
-#[derive(utoipa::IntoResponses)]
-#[response(
-    status = 401,
-    description = "The bearer token is missing or wrong (only when http.token is set)"
-)]
-#[allow(dead_code)]
-pub(crate) struct Unauthorized(ErrorBody);
-
-/// 403: a change refused in read-only mode or sent by a browser from another site.
-#[derive(utoipa::IntoResponses)]
-#[response(
-    status = 403,
-    description = "A change refused: http.read_only is set, or a browser sent it from another site (Sec-Fetch-Site)"
-)]
-#[allow(dead_code)]
-pub(crate) struct Forbidden(ErrorBody);
 
 /// 404: no such task, dead letter, queue, schedule or endpoint.
 #[derive(utoipa::IntoResponses)]
@@ -133,61 +116,118 @@ pub(crate) fn base_router() -> OpenApiRouter<Arc<AppState>> {
     OpenApiRouter::with_openapi(<Base as utoipa::OpenApi>::openapi())
 }
 
-/// Adds what the guard in front of `/v1` does to every `/v1` operation (the bearer
-/// requirement, 401, and 403 for changes), an empty security requirement to the open
-/// routes, and the bearer scheme itself.
-pub(crate) fn finish(mut document: OpenApi) -> OpenApi {
-    let components = document.components.get_or_insert_with(Default::default);
-    components.add_security_scheme(
-        BEARER_SCHEME,
-        SecurityScheme::Http(
-            HttpBuilder::new()
-                .scheme(HttpAuthScheme::Bearer)
-                .description(Some(
-                    "Authorization: Bearer <http.token>; required on /v1 when http.token is set",
-                ))
-                .build(),
-        ),
-    );
-    for (path, item) in document.paths.paths.iter_mut() {
-        let guarded = path.starts_with("/v1/");
-        for (method, operation) in operations_mut(item) {
-            if !guarded {
-                // An empty list: no security requirement at all.
-                operation.security = Some(Vec::new());
-                continue;
+/// The document as served: the exact schemas of [`crate::schemas`] in place of the derived
+/// ones, what the guards do on every operation (421 for a foreign `Host`; on `/v1` the bearer
+/// requirement and 401 when `token` is set, and 403 for every change), and the links from
+/// one operation's answer to the routes it names.
+pub(crate) fn finish(document: OpenApi, token: bool) -> Value {
+    let Ok(mut document) = serde_json::to_value(&document) else {
+        return Value::Null;
+    };
+    let schemas = &mut document["components"]["schemas"];
+    if let Value::Object(schemas) = schemas {
+        // The derived helper of the old RecurringBody; the exact schemas replace it.
+        schemas.remove("TextOrNumber");
+        for (name, schema) in crate::schemas::components() {
+            schemas.insert(name.to_owned(), schema);
+        }
+    }
+    if token {
+        document["components"]["securitySchemes"] = json!({
+            BEARER_SCHEME: {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "Authorization: Bearer <http.token>; this server has a token, so /v1 requires it",
             }
-            operation.security = Some(vec![SecurityRequirement::new(
-                BEARER_SCHEME,
-                Vec::<String>::new(),
-            )]);
-            operation
-                .responses
-                .responses
-                .extend(Unauthorized::responses());
-            if method != "get" {
-                operation.responses.responses.extend(Forbidden::responses());
+        });
+    }
+    if let Value::Object(paths) = &mut document["paths"] {
+        for (path, item) in paths.iter_mut() {
+            let Value::Object(item) = item else { continue };
+            for (method, operation) in item.iter_mut() {
+                finish_operation(path, method, operation, token);
             }
         }
     }
+    document["paths"]["/v1/queues/{queue}/tasks"]["post"]["requestBody"]["content"]
+        ["application/json"]["schema"] = crate::schemas::bulk_body();
     document
 }
 
-/// The operations of a path item, with their method in lower case.
-pub(crate) fn operations_mut(item: &mut PathItem) -> Vec<(&'static str, &mut Operation)> {
-    [
-        ("get", &mut item.get),
-        ("put", &mut item.put),
-        ("post", &mut item.post),
-        ("delete", &mut item.delete),
-        ("patch", &mut item.patch),
-        ("head", &mut item.head),
-        ("options", &mut item.options),
-        ("trace", &mut item.trace),
-    ]
-    .into_iter()
-    .filter_map(|(method, operation)| operation.as_mut().map(|operation| (method, operation)))
-    .collect()
+/// [`finish`] for one operation.
+fn finish_operation(path: &str, method: &str, operation: &mut Value, token: bool) {
+    // `get_mut`, not indexing: indexing a missing key would add it as null.
+    if let Some(Value::Array(parameters)) = operation.get_mut("parameters") {
+        for parameter in parameters {
+            let name = parameter["name"].as_str().unwrap_or_default().to_owned();
+            if parameter["in"] == "path" {
+                if let Some(schema) = crate::schemas::path_parameter(path, &name) {
+                    parameter["schema"] = schema;
+                }
+            }
+        }
+    }
+    let responses = &mut operation["responses"];
+    responses["421"] = error_response(
+        "The Host header names neither this server's listen address, a loopback name or address, nor one of http.allowed_hosts",
+    );
+    let guarded = path.starts_with("/v1/");
+    // An empty list: no security requirement at all.
+    operation["security"] = json!([]);
+    if guarded && token {
+        operation["security"] = json!([{ BEARER_SCHEME: [] }]);
+        operation["responses"]["401"] =
+            error_response("The bearer token is missing or wrong (http.token is set)");
+    }
+    if guarded && method != "get" {
+        operation["responses"]["403"] = error_response(
+            "A change refused: http.read_only is set, or a browser sent it from another site (Sec-Fetch-Site)",
+        );
+    }
+    if let Some(links) = links(operation["operationId"].as_str().unwrap_or_default()) {
+        operation["responses"]["200"]["links"] = links;
+    }
+}
+
+/// An error answer of the document: `ErrorBody` as JSON.
+fn error_response(description: &str) -> Value {
+    json!({
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    })
+}
+
+/// The links of an operation's 200 answer: the routes its body names the parameters of.
+fn links(operation_id: &str) -> Option<Value> {
+    let task = json!({"queue": "$response.body#/queue", "id": "$response.body#/id"});
+    let queue = json!({"queue": "$response.body#/queue"});
+    let schedule = json!({"name": "$response.body#/name"});
+    let to = |operation: &str, parameters: &Value, description: &str| json!({"operationId": operation, "parameters": parameters, "description": description});
+    Some(match operation_id {
+        "schedule_task" => json!({
+            "GetTask": to("get_task", &task, "The task just scheduled"),
+            "CancelTask": to("cancel_task", &task, "Cancel the task just scheduled"),
+        }),
+        "get_task" => json!({
+            "CancelTask": to("cancel_task", &task, "Cancel this task"),
+        }),
+        "pause_queue" => json!({
+            "ResumeQueue": to("resume_queue", &queue, "Resume the queue"),
+            "ListPendingTasks": to("list_pending_tasks", &queue, "The queue's upcoming tasks"),
+        }),
+        "resume_queue" => json!({
+            "PauseQueue": to("pause_queue", &queue, "Pause the queue again"),
+        }),
+        "set_recurring" => json!({
+            "GetRecurring": to("get_recurring", &schedule, "The schedule just set"),
+            "PauseRecurring": to("pause_recurring", &schedule, "Pause the schedule"),
+            "DeleteRecurring": to("delete_recurring", &schedule, "Delete the schedule"),
+        }),
+        "pause_recurring" => json!({
+            "ResumeRecurring": to("resume_recurring", &schedule, "Resume the schedule"),
+        }),
+        _ => return None,
+    })
 }
 
 /// The document of this router as JSON.

@@ -231,7 +231,7 @@ impl QueueGauges {
 }
 
 /// `GET /metrics`: the Prometheus text format; 404 when the application gave no handle.
-#[utoipa::path(get, path = "/metrics", tag = "cluster", operation_id = "metrics",
+#[utoipa::path(get, path = "/metrics", tag = "cluster", operation_id = "prometheus_metrics",
     responses(
         (status = 200, description = "The Prometheus text format", body = String, content_type = "text/plain; version=0.0.4"),
         crate::openapi::NotFound))]
@@ -264,7 +264,7 @@ pub(crate) async fn render(state: State) -> Response {
 /// `GET /v1/lateness`: per queue, the firing lateness this process recorded
 /// (`{"<queue>":{"count","p50_ms","p99_ms"}}`, each quantile the upper bound of its
 /// histogram bucket). Empty when this process fires nothing or has no recorder.
-#[utoipa::path(get, path = "/lateness", tag = "cluster", operation_id = "lateness",
+#[utoipa::path(get, path = "/lateness", tag = "cluster", operation_id = "fire_lateness",
     responses((status = 200, description = "{\"<queue>\":{\"count\",\"p50_ms\",\"p99_ms\"}} fired by this process", body = Object)))]
 pub(crate) async fn lateness(state: State) -> axum::Json<serde_json::Value> {
     let text = state

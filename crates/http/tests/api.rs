@@ -92,36 +92,53 @@ async fn schedule_get_cancel_answer_like_the_cli() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_schedule_reports_bad_items_by_index_and_stores_the_rest() {
+async fn bulk_schedule_refuses_a_malformed_item_whole_naming_its_index() {
     let server = redis();
     let config = config(&server.url());
     let scheduler = producer(&config).await;
     let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+    let good = json!({"id": "a", "delay_ms": 3_600_000, "payload": "x"});
+    for (bad, says) in [
+        (json!({"id": "b"}), "exactly one"),
+        (json!({"delay_ms": 5}), "missing field `id`"),
+        (json!({"id": "", "delay_ms": 5}), "empty"),
+        (json!({"id": "d", "at": "soon"}), "soon"),
+        (
+            json!({"id": "e", "delay_ms": 5, "colour": "red"}),
+            "unknown field",
+        ),
+        (json!({"id": "f", "delay_ms": 5, "payload": null}), "null"),
+        (
+            json!({"id": "g", "due_ms": 1_900_000_000u64}),
+            "looks like seconds",
+        ),
+        (json!({"id": "h", "delay_ms": 5, "mode": "nope"}), "nope"),
+    ] {
+        let items = json!([good.clone(), bad.clone(), good.clone()]);
+        let (status, error) = api.call("POST", "/v1/queues/bulk/tasks", Some(items)).await;
+        assert_eq!(status, 400, "{bad}: {error}");
+        let message = error["error"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("index 1") && message.contains(says),
+            "{bad}: {message}"
+        );
+    }
+    assert_eq!(
+        api.ok("/v1/queues").await.get("bulk"),
+        None,
+        "nothing stored"
+    );
+
     let items = json!([
-        {"id": "a", "delay_ms": 3_600_000, "payload": "x"},
-        {"id": "b"},
-        {"delay_ms": 5},
-        {"id": "", "delay_ms": 5},
-        {"id": "c", "in": "2h"},
-        {"id": "d", "at": "soon"},
+        good,
+        {"id": "c", "in": "2h", "payload": "y"},
         {"id": "a", "delay_ms": 3_600_000}
     ]);
     let (status, summary) = api.call("POST", "/v1/queues/bulk/tasks", Some(items)).await;
     assert_eq!(status, 200, "{summary}");
     assert_eq!(summary["scheduled"], 3, "{summary}");
     assert_eq!(summary["replaced"], 1, "{summary}");
-    assert_eq!(summary["duplicates"], 0, "{summary}");
-    assert_eq!(summary["failed"], 4, "{summary}");
-    let indexes: Vec<u64> = summary["errors"]
-        .as_array()
-        .expect("errors")
-        .iter()
-        .map(|error| error["index"].as_u64().expect("an index"))
-        .collect();
-    assert_eq!(indexes, [1, 2, 3, 5], "{summary}");
-    assert!(summary["errors"][0]["error"]
-        .as_str()
-        .is_some_and(|e| e.contains("exactly one")));
+    assert_eq!(summary["failed"], 0, "{summary}");
     assert_eq!(api.ok("/v1/queues").await["bulk"]["pending"], 2);
 }
 
@@ -425,15 +442,34 @@ async fn body_limits_count_the_decoded_payload_and_bulk_bodies_are_bounded() {
         "{error}"
     );
     assert_eq!(api.ok("/v1/queues").await.get("bounded"), None);
+}
 
-    // 5,000 bad items: all counted, the first 100 listed.
-    let items = Value::Array(vec![json!({}); 5_000]);
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_items_the_store_refuses_fail_alone_and_the_first_100_are_listed() {
+    let server = redis();
+    let mut config = config(&server.url());
+    config.engine.max_payload = 16;
+    let scheduler = producer(&config).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+    let too_big = "p".repeat(config.engine.max_payload + 1);
+    let mut items: Vec<Value> = (0..150)
+        .map(|n| json!({"id": format!("big{n}"), "delay_ms": 5, "payload": too_big}))
+        .collect();
+    items.push(json!({"id": "small", "delay_ms": 3_600_000}));
+    let items = Value::Array(items);
     let (status, summary) = api
         .call("POST", "/v1/queues/bounded/tasks", Some(items))
         .await;
     assert_eq!(status, 200, "{summary}");
-    assert_eq!(summary["failed"], 5_000);
+    assert_eq!(summary["failed"], 150);
+    assert_eq!(summary["scheduled"], 1);
     assert_eq!(summary["errors"].as_array().map(Vec::len), Some(100));
     assert_eq!(summary["errors"][99]["index"], 99);
+    assert!(
+        summary["errors"][0]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("max_payload")),
+        "{summary}"
+    );
     assert_eq!(summary["errors_truncated"], true);
 }

@@ -130,7 +130,6 @@ async fn bulk_items_carry_their_own_mode() {
         {"id": "a", "due_ms": EARLIER, "payload": "second", "mode": "earlier"},
         {"id": "b", "due_ms": EARLIER, "payload": "second", "mode": "later"},
         {"id": "c", "due_ms": LATER, "payload": "second", "mode": "if_absent"},
-        {"id": "d", "due_ms": LATER, "mode": "nope"},
         {"id": "c", "due_ms": LATER, "payload": "third"},
         {"id": "e", "due_ms": LATER, "mode": "later"},
     ]);
@@ -141,10 +140,21 @@ async fn bulk_items_carry_their_own_mode() {
     assert_eq!(summary["scheduled"], 3, "a, the second c and e: {summary}");
     assert_eq!(summary["replaced"], 2, "{summary}");
     assert_eq!(summary["kept"], 2, "b and the first c: {summary}");
-    assert_eq!(summary["failed"], 1, "{summary}");
-    assert_eq!(summary["errors"][0]["index"], 3, "{summary}");
-    let error = summary["errors"][0]["error"].as_str().unwrap_or_default();
-    assert!(error.contains("\"nope\""), "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+
+    // A bad mode is a malformed item: the whole body is refused, naming it.
+    let items = json!([
+        {"id": "d", "due_ms": LATER, "mode": "nope"},
+    ]);
+    let (status, error) = api
+        .call("POST", "/v1/queues/modes/tasks", Some(items))
+        .await;
+    assert_eq!(status, 400, "{error}");
+    let error = error["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("\"nope\"") && error.contains("index 0"),
+        "{error}"
+    );
 
     for (id, due, payload) in [
         ("a", EARLIER, "second"),
@@ -188,17 +198,29 @@ async fn at_takes_any_offset_and_refuses_seconds() {
             && error.contains("4102444800000"),
         "{answer}"
     );
-    let items = json!([{"id": "s", "at": "4102444800"}, {"id": "ms", "at": "4102444800000"}]);
-    let (status, summary) = api
+    let items = json!([{"id": "ms", "at": "4102444800000"}, {"id": "s", "at": "4102444800"}]);
+    let (status, error) = api
         .call("POST", "/v1/queues/modes/tasks", Some(items))
         .await;
-    assert_eq!(status, 200, "{summary}");
-    assert_eq!(
-        (summary["scheduled"].clone(), summary["failed"].clone()),
-        (json!(1), json!(1)),
-        "{summary}"
-    );
-    assert!(summary["errors"][0]["error"]
+    assert_eq!(status, 400, "{error}");
+    assert!(error["error"]
         .as_str()
-        .is_some_and(|error| error.contains("looks like seconds")));
+        .is_some_and(|error| error.contains("looks like seconds") && error.contains("index 1")));
+
+    // due_ms follows the same rule as --at: epoch seconds are refused with the hint.
+    let (status, answer) = api
+        .call(
+            "PUT",
+            "/v1/queues/modes/tasks/seconds",
+            Some(json!({"due_ms": 1_900_000_000u64})),
+        )
+        .await;
+    assert_eq!(status, 400, "{answer}");
+    let error = answer["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("due_ms 1900000000")
+            && error.contains("looks like seconds since the epoch")
+            && error.contains("1900000000000"),
+        "{answer}"
+    );
 }

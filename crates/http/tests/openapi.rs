@@ -256,17 +256,39 @@ async fn the_document_describes_bodies_parameters_errors_and_the_token() {
     for status in ["200", "400", "401", "403", "413", "503"] {
         assert!(put["responses"].get(status).is_some(), "{status} in {put}");
     }
-    let body = &document["components"]["schemas"]["TaskBody"]["properties"];
-    for field in ["delay_ms", "due_ms", "in", "at", "payload", "id"] {
+    let schemas = &document["components"]["schemas"];
+    let body = &schemas["TaskBody"]["properties"];
+    for field in ["delay_ms", "due_ms", "in", "at", "payload", "mode"] {
         assert!(body.get(field).is_some(), "{field} in {body}");
     }
+    assert_eq!(schemas["TaskBody"]["additionalProperties"], false);
+    assert_eq!(body["due_ms"]["minimum"], 100_000_000_000u64, "{body}");
+    let item = &schemas["BulkTask"];
+    assert_eq!(item["required"], serde_json::json!(["id"]), "{item}");
+    assert_eq!(item["additionalProperties"], false, "{item}");
+    assert_eq!(item["properties"]["id"]["maxLength"], 512, "{item}");
+    assert_eq!(schemas["RecurringBody"]["additionalProperties"], false);
+    assert_eq!(
+        schemas["RecurringBody"]["required"],
+        serde_json::json!(["queue"])
+    );
+    let queue = put["parameters"][0]["schema"].clone();
+    assert_eq!(queue["pattern"], "^[A-Za-z0-9_.-]{1,64}$", "{queue}");
+    assert_eq!(queue["maxLength"], 64, "{queue}");
+    let links = &put["responses"]["200"]["links"];
+    assert_eq!(links["GetTask"]["operationId"], "get_task", "{links}");
+    assert_eq!(
+        links["GetTask"]["parameters"]["id"], "$response.body#/id",
+        "{links}"
+    );
     let bulk = &document["paths"]["/v1/queues/{queue}/tasks"]["post"]["requestBody"];
     let bulk_schema = &bulk["content"]["application/json"]["schema"];
     assert_eq!(bulk_schema["type"], "array", "{bulk}");
     assert_eq!(
         bulk_schema["items"]["$ref"],
-        "#/components/schemas/TaskBody"
+        "#/components/schemas/BulkTask"
     );
+    assert_eq!(bulk_schema["maxItems"], 10_000, "{bulk_schema}");
     let recurring = &document["paths"]["/v1/recurring/{name}"]["put"]["requestBody"];
     assert_eq!(
         recurring["content"]["application/json"]["schema"]["$ref"],
@@ -293,4 +315,35 @@ async fn the_document_describes_bodies_parameters_errors_and_the_token() {
     }
     let task = &document["paths"]["/v1/queues/{queue}/tasks/{id}"]["get"]["responses"];
     assert!(task.get("404").is_some(), "{task}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_the_document_requires_no_security() {
+    let server = redis();
+    let config = config(&server.url());
+    let scheduler = producer(&config).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+    let document = api.ok("/v1/openapi.json").await;
+    assert!(
+        document["components"].get("securitySchemes").is_none(),
+        "{}",
+        document["components"]
+    );
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("a path item") {
+            assert_eq!(
+                operation["security"],
+                serde_json::json!([]),
+                "{method} {path}"
+            );
+            assert!(
+                operation["responses"].get("401").is_none(),
+                "no 401 without a token: {method} {path}"
+            );
+            assert!(
+                operation["responses"].get("421").is_some(),
+                "the Host guard's 421: {method} {path}"
+            );
+        }
+    }
 }

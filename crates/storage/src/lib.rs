@@ -31,6 +31,7 @@ mod error;
 mod hash;
 mod memory;
 mod model;
+mod postgres;
 mod recurring;
 mod redis;
 mod store;
@@ -39,6 +40,7 @@ pub use error::{StorageError, StorageResult};
 pub use hash::{partition_of, stable_hash};
 pub use memory::MemoryStore;
 pub use model::*;
+pub use postgres::{PostgresStore, PostgresStoreOptions};
 pub use recurring::{
     recurring_shard, RecurringStore, ShardLook, StoredSchedule, TickOutcome, RECURRING_SHARDS,
 };

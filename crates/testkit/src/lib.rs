@@ -19,13 +19,21 @@
 //! three sentinels) and [`TlsRedis`] (TLS only, certificates made in-process, `requirepass`
 //! and an ACL user limited to a key prefix). They need the `redis-server` and `redis-tools`
 //! (redis-cli) OS packages; sentinels run as `redis-server <conf> --sentinel`.
+//!
+//! [`PostgresServer`] is the same for PostgreSQL: a private server from the OS package
+//! (`DELAYQ_PG_BIN` or the newest `/usr/lib/postgresql/<version>/bin`) on a free port, as the
+//! user `nobody` when the tests run as root, optionally with TLS ([`PostgresOptions::tls`]).
 
 mod cluster;
+mod pg_template;
+mod postgres;
 mod process;
 mod sentinel;
 mod tls;
 
 pub use cluster::{ClusterNode, ClusterOptions, RedisCluster};
+pub use pg_template::POSTGRES_INSTALL_HINT;
+pub use postgres::{PostgresOptions, PostgresServer, DATABASE as POSTGRES_DATABASE};
 pub use process::{port_pair, RedisProcess};
 pub use sentinel::{SentinelOptions, SentinelSet};
 pub use tls::{ensure_crypto_provider, AclUser, TlsFiles, TlsRedis, DELAYQ_COMMANDS};

@@ -62,11 +62,17 @@ impl ExecHandler {
         })
     }
 
-    /// Runs the command for `task`.
-    pub async fn run(&self, task: &Task) -> Result<(), HandlerError> {
+    /// Runs the command for `task`, with `TRACEPARENT` set to `traceparent` (the fire's span)
+    /// when there is one, and removed from its environment otherwise.
+    pub async fn run(&self, task: &Task, traceparent: Option<&str>) -> Result<(), HandlerError> {
         let mut command = Command::new(&self.program);
         command.args(&self.args);
         scrub_config_variables(&mut command);
+        match traceparent {
+            Some(traceparent) => command.env("TRACEPARENT", traceparent),
+            // The node's own, if it has one, is not this task's parent.
+            None => command.env_remove("TRACEPARENT"),
+        };
         command
             .env("DELAYQ_QUEUE", &task.queue)
             .env("DELAYQ_ID", &task.id)

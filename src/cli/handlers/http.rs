@@ -86,8 +86,8 @@ impl HttpHandler {
         })
     }
 
-    /// Posts `task`.
-    pub async fn run(&self, task: &Task) -> Result<(), HandlerError> {
+    /// Posts `task`, with a `traceparent` header (the fire's span) when there is one.
+    pub async fn run(&self, task: &Task, traceparent: Option<&str>) -> Result<(), HandlerError> {
         let shown = &self.shown;
         // Serialized here, not by reqwest: the signature is over these very bytes.
         let body = serde_json::to_vec(&task_json(task))
@@ -101,6 +101,9 @@ impl HttpHandler {
             .header("webhook-timestamp", timestamp);
         if let Some(signer) = &self.signer {
             request = request.header("webhook-signature", signer.sign(&id, timestamp, &body));
+        }
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
         }
         let mut response = request
             .header("webhook-id", id)
@@ -375,7 +378,11 @@ mod tests {
             payload: bytes::Bytes::new(),
             node: "n".to_owned(),
         };
-        let error = handler.run(&task).await.expect_err("refused").to_string();
+        let error = handler
+            .run(&task, None)
+            .await
+            .expect_err("refused")
+            .to_string();
         assert!(
             !error.contains("secret") && !error.contains("SECRET"),
             "{error}"

@@ -18,6 +18,7 @@ pub use http::HttpHandler;
 pub use log::LogHandler;
 pub use webhook::{WebhookSigner, SECRETS_VARIABLE};
 
+use super::telemetry::current_traceparent;
 use super::values::insert_payload;
 
 /// One of the node's handlers, cheap to clone into every queue.
@@ -42,13 +43,17 @@ impl Handler for NodeHandler {
                 let handler = Arc::clone(handler);
                 Box::pin(async move { handler.run(&task).await })
             }
+            // Called inside the fire's span: its traceparent, when spans are exported, goes
+            // to the command or the receiver.
             NodeHandler::Exec(handler) => {
                 let handler = Arc::clone(handler);
-                Box::pin(async move { handler.run(&task).await })
+                let traceparent = current_traceparent();
+                Box::pin(async move { handler.run(&task, traceparent.as_deref()).await })
             }
             NodeHandler::Http(handler) => {
                 let handler = Arc::clone(handler);
-                Box::pin(async move { handler.run(&task).await })
+                let traceparent = current_traceparent();
+                Box::pin(async move { handler.run(&task, traceparent.as_deref()).await })
             }
         }
     }

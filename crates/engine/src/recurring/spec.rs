@@ -16,9 +16,9 @@ use super::calendar::Calendar;
 
 mod raw;
 
-pub use raw::parse_time_ms;
 pub use raw::RawSpec;
 use raw::{check_every_ms, check_max_catchup, check_window, parse_queue};
+pub use raw::{parse_time_ms, MIN_PLAUSIBLE_EPOCH_MS};
 
 /// The longest schedule name, in characters.
 pub const MAX_SCHEDULE_NAME_CHARS: usize = 128;

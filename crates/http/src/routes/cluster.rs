@@ -33,7 +33,7 @@ pub(crate) async fn stamp_cluster_time(
 }
 
 /// The live nodes as `delayq nodes --json`.
-#[utoipa::path(get, path = "/nodes", tag = "cluster", operation_id = "nodes",
+#[utoipa::path(get, path = "/nodes", tag = "cluster", operation_id = "list_nodes",
     responses((status = 200, description = "The live nodes and the partitions they own, as `delayq nodes --json`", body = Vec<Object>), Unavailable))]
 pub(crate) async fn nodes(state: State) -> Result<Json<Value>, ApiError> {
     let nodes = state.scheduler.nodes().await?;
@@ -41,14 +41,14 @@ pub(crate) async fn nodes(state: State) -> Result<Json<Value>, ApiError> {
 }
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "cluster", operation_id = "healthz",
+#[utoipa::path(get, path = "/healthz", tag = "cluster", operation_id = "health",
     responses((status = 200, description = "{\"status\":\"ok\"}", body = Object)))]
 pub(crate) async fn healthz() -> Json<Value> {
     Json(json!({ "status": "ok" }))
 }
 
 /// Redis answers and, for a node, it has joined the cluster; else 503 saying which.
-#[utoipa::path(get, path = "/readyz", tag = "cluster", operation_id = "readyz",
+#[utoipa::path(get, path = "/readyz", tag = "cluster", operation_id = "readiness",
     responses(
         (status = 200, description = "{\"ready\":true,\"redis\",\"member\",\"joined\"}", body = Object),
         (status = 503, description = "Not ready: {\"ready\":false,\"redis\",\"member\",\"joined\",\"error\"}", body = Object)))]

@@ -12,7 +12,7 @@ use crate::openapi::{BadRequest, Conflict, NotFound, Unavailable};
 use crate::{json, State};
 
 /// Per-queue counts as `delayq stats --json`.
-#[utoipa::path(get, path = "/queues", tag = "queues", operation_id = "queue_stats",
+#[utoipa::path(get, path = "/queues", tag = "queues", operation_id = "list_queues",
     responses((status = 200, description = "{\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\",\"paused\"}} as `delayq stats --json`", body = Object), Unavailable))]
 pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
     let stats = state.scheduler.stats().await?;
@@ -21,7 +21,7 @@ pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
 }
 
 /// The next pending tasks by due time, payloads cut to a preview.
-#[utoipa::path(get, path = "/queues/{queue}/pending", tag = "queues", operation_id = "pending_tasks", params(("queue" = String, Path, description = "The queue"), Limit),
+#[utoipa::path(get, path = "/queues/{queue}/pending", tag = "queues", operation_id = "list_pending_tasks", params(("queue" = String, Path, description = "The queue"), Limit),
     responses((status = 200, description = "The next pending tasks by due time as `delayq pending --json`: queue, id, due_ms, attempt, generation, payload (or payload_base64) cut to its first 256 bytes, payload_bytes (the whole size), payload_truncated, last_error; GET the task for the whole payload", body = Vec<Object>), BadRequest, Unavailable))]
 pub(crate) async fn pending(
     state: State,
@@ -34,7 +34,7 @@ pub(crate) async fn pending(
 }
 
 /// Dead letters, oldest first, with their last error, payloads cut to a preview.
-#[utoipa::path(get, path = "/queues/{queue}/dead", tag = "dead letters", operation_id = "dead_letters", params(("queue" = String, Path, description = "The queue"), Limit),
+#[utoipa::path(get, path = "/queues/{queue}/dead", tag = "dead letters", operation_id = "list_dead_letters", params(("queue" = String, Path, description = "The queue"), Limit),
     responses((status = 200, description = "Dead letters, oldest first, as `delayq dead --json`: queue, id, due_ms, attempt, failed_ms, last_error, payload (or payload_base64) cut to its first 256 bytes, payload_bytes (the whole size), payload_truncated; GET the task for the whole payload", body = Vec<Object>), BadRequest, Unavailable))]
 pub(crate) async fn dead(
     state: State,

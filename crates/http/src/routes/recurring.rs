@@ -80,18 +80,32 @@ pub(crate) enum TextOrNumber {
 
 /// The body as a [`RawSpec`]. A field of the wrong type is refused naming the field and the
 /// value (serde alone would only say "invalid type"), an unknown field naming it.
-fn raw_spec(body: Value) -> Result<RawSpec, ApiError> {
-    let Value::Object(fields) = &body else {
+fn raw_spec(mut body: Value) -> Result<RawSpec, ApiError> {
+    let Value::Object(fields) = &mut body else {
         return Err(ApiError::bad_request(format!(
             "invalid body: expected a JSON object with the spec's fields, got {body}"
         )));
     };
-    for (key, value) in fields {
+    for (key, value) in fields.iter_mut() {
         let Some(field) = TEXT_FIELDS.iter().find(|field| **field == key.as_str()) else {
             continue;
         };
         let numeric = NUMERIC.contains(field);
-        let fits = value.is_string() || value.is_null() || (numeric && value.is_u64());
+        if numeric {
+            // `5.0` is an integer as JSON Schema counts.
+            if let Some(whole) = super::tasks::whole_number(value) {
+                *value = Value::from(whole);
+            }
+        }
+        if value.is_null() {
+            let error = SpecError::new(
+                field,
+                "null",
+                "null is not a value; leave the field out instead",
+            );
+            return Err(ApiError::bad_request(error.to_string()));
+        }
+        let fits = value.is_string() || (numeric && value.is_u64());
         if !fits {
             let reason = if numeric {
                 "expected a string or a non-negative integer"

@@ -11,11 +11,12 @@ use serde_json::{json, Value};
 use super::{queue_name, task_ref, Body, PathParams};
 use crate::error::ApiError;
 use crate::openapi::{BadRequest, NotFound, TooLarge, Unavailable};
-use crate::{json, time, State};
+use crate::{json, schemas, time, State};
 
 /// A task as a body gives it: its id (bulk only), exactly one of the four forms of its due
 /// time, an optional payload and an optional mode (`replace`, the default, `if_absent`,
-/// `earlier`, `later`).
+/// `earlier`, `later`). Its schema in the document is [`crate::schemas::task_body`] (and
+/// [`crate::schemas::bulk_task`] with the id); [`TaskBody::read`] enforces it.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TaskBody {
@@ -29,12 +30,60 @@ pub(crate) struct TaskBody {
     mode: Option<String>,
 }
 
+/// A task read from a body and checked: everything the document's schema says, so a body
+/// the schema refuses is a 400 and one it allows reaches the scheduler.
+struct ReadTask {
+    id: Option<String>,
+    when: When,
+    mode: ScheduleMode,
+    payload: Option<String>,
+}
+
 impl TaskBody {
+    /// Reads and checks one task object: no unknown field, no `null` (a field is given or
+    /// left out), integers where the schema says integer (`5.0` is one, as JSON Schema
+    /// counts), exactly one due form in range, a known mode, and (when `id_required`) a valid
+    /// id.
+    fn read(mut value: Value, id_required: bool) -> Result<ReadTask, String> {
+        let Value::Object(fields) = &mut value else {
+            return Err(format!("expected a JSON object, got {value}"));
+        };
+        for (key, field) in fields.iter_mut() {
+            if field.is_null() {
+                return Err(format!(
+                    "{key}: null is not a value; leave the field out instead"
+                ));
+            }
+            if key == "delay_ms" || key == "due_ms" {
+                if let Some(whole) = whole_number(field) {
+                    *field = Value::from(whole);
+                }
+            }
+        }
+        let body: TaskBody = serde_json::from_value(value).map_err(|error| error.to_string())?;
+        match &body.id {
+            Some(id) => {
+                delayq_storage::TaskId::new(id).map_err(|error| error.to_string())?;
+            }
+            None if id_required => return Err("missing field `id`".to_owned()),
+            None => {}
+        }
+        Ok(ReadTask {
+            when: body.when()?,
+            mode: body.mode()?,
+            id: body.id,
+            payload: body.payload,
+        })
+    }
+
     fn mode(&self) -> Result<ScheduleMode, String> {
         match self.mode.as_deref() {
-            Some(text) => text
+            Some(text) if schemas::MODES.contains(&text) => text
                 .parse::<ScheduleMode>()
                 .map_err(|error| format!("mode: {error}")),
+            Some(text) => Err(format!(
+                "mode: unknown schedule mode {text:?} (expected replace, if_absent, earlier or later)"
+            )),
             None => Ok(ScheduleMode::default()),
         }
     }
@@ -55,10 +104,19 @@ impl TaskBody {
             ));
         }
         if let Some(delay) = self.delay_ms {
+            if delay > schemas::MAX_DELAY_MS {
+                return Err(format!(
+                    "delay_ms {delay}: at most {} (about 3,170 years)",
+                    schemas::MAX_DELAY_MS
+                ));
+            }
             return Ok(When::In(Duration::from_millis(delay)));
         }
         if let Some(due) = self.due_ms {
-            return Ok(When::At(due));
+            // The rule of the CLI's --at: a number below 10^11 looks like seconds.
+            return time::parse_at(&due.to_string())
+                .map(When::At)
+                .map_err(|error| format!("due_ms {due}: {error}"));
         }
         if let Some(delay) = &self.delay {
             return time::parse_delay(delay)
@@ -72,39 +130,52 @@ impl TaskBody {
     }
 }
 
+/// A JSON number with no fraction (`5.0`), as a `u64`; `None` for anything else.
+pub(crate) fn whole_number(value: &Value) -> Option<u64> {
+    let number = value
+        .as_f64()
+        .filter(|_| !value.is_u64() && !value.is_i64())?;
+    // 2^64 as an f64: the first value over u64::MAX.
+    let fits = number.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&number);
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    fits.then_some(number as u64)
+}
+
 /// Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 #[utoipa::path(put, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "schedule_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
-    request_body(content = TaskBody, description = "Exactly one of delay_ms, due_ms, in (a duration like \"30s\") and at (RFC 3339); an optional payload and mode (replace, if_absent, earlier, later); id, when given, must be the path's"),
+    request_body(content = TaskBody, description = "Exactly one of delay_ms, due_ms, in (a duration like \"30s\") and at (RFC 3339); an optional payload and mode (replace, if_absent, earlier, later)"),
     responses((status = 200, description = "Scheduled: {\"queue\",\"id\",\"due_ms\",\"replaced\",\"duplicate\",\"kept\"} as `delayq schedule --json`", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
-    Body(body): Body<TaskBody>,
+    Body(body): Body<Value>,
 ) -> Result<Json<Value>, ApiError> {
     task_ref(&queue, &id)?;
-    if body.id.as_ref().is_some_and(|given| *given != id) {
+    let task = TaskBody::read(body, false)
+        .map_err(|error| ApiError::bad_request(format!("invalid body: {error}")))?;
+    if task.id.as_ref().is_some_and(|given| *given != id) {
         return Err(ApiError::bad_request(format!(
             "the body's id {:?} differs from the path's {id:?}",
-            body.id.unwrap_or_default()
+            task.id.unwrap_or_default()
         )));
     }
-    let when = body.when().map_err(ApiError::bad_request)?;
-    let mode = body.mode().map_err(ApiError::bad_request)?;
-    let payload = Bytes::from(body.payload.unwrap_or_default());
+    let payload = Bytes::from(task.payload.unwrap_or_default());
     let scheduled = state
         .scheduler
-        .schedule_with(&queue, &id, when, payload, mode)
+        .schedule_with(&queue, &id, task.when, payload, task.mode)
         .await?;
     Ok(Json(json!(scheduled)))
 }
 
 /// Schedules many tasks of one queue, each in its own `"mode"`:
 /// `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
-/// prints, plus `"errors":[{"index","error"}]`. A bad item (a bad mode too) fails alone,
-/// reported by its index.
+/// prints, plus `"errors":[{"index","error"}]`. A body with a malformed item (what the
+/// document's schema refuses: an unknown field, a wrong type, a bad id, not exactly one due
+/// form, a bad mode) is refused whole with 400 naming the item's index, and nothing of it is
+/// scheduled; an item the store refuses (a payload over `max_payload`) fails alone.
 #[utoipa::path(post, path = "/queues/{queue}/tasks", tag = "tasks", operation_id = "schedule_tasks", params(("queue" = String, Path, description = "The queue")),
-    request_body(content = Vec<TaskBody>, description = "At most 10,000 tasks (more is a 400), each with its id, one of delay_ms, due_ms, in, at, and an optional mode"),
-    responses((status = 200, description = "{\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\",\"errors\":[{\"index\",\"error\"}],\"errors_truncated\"}: a bad item fails alone; errors lists the first 100 failed items, failed counts them all", body = Object), BadRequest, TooLarge, Unavailable))]
+    request_body(content = Vec<TaskBody>, description = "At most 10,000 tasks, each with its id, one of delay_ms, due_ms, in, at, and an optional payload and mode; a malformed item refuses the whole body (400 naming its index)"),
+    responses((status = 200, description = "{\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\",\"errors\":[{\"index\",\"error\"}],\"errors_truncated\"}: an item the store refuses fails alone; errors lists the first 100 failed items, failed counts them all", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule_many(
     state: State,
     PathParams(queue): PathParams<String>,
@@ -112,28 +183,21 @@ pub(crate) async fn schedule_many(
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
     let mut errors = Vec::new();
-    let mut requests = Vec::new();
-    let mut indexes = Vec::new();
+    let mut requests = Vec::with_capacity(items.len());
     for (index, item) in items.into_iter().enumerate() {
-        let parsed = serde_json::from_value::<TaskBody>(item)
-            .map_err(|error| error.to_string())
-            .and_then(|item| match &item.id {
-                Some(id) => Ok((id.clone(), item.when()?, item.mode()?, item)),
-                None => Err("missing field `id`".to_owned()),
-            });
-        match parsed {
-            Ok((id, when, mode, item)) => {
-                indexes.push(index);
-                requests.push(ScheduleRequest {
-                    id,
-                    when,
-                    payload: Bytes::from(item.payload.unwrap_or_default()),
-                    mode,
-                });
-            }
-            Err(error) => errors.push(json!({ "index": index, "error": error })),
-        }
+        let task = TaskBody::read(item, true).map_err(|error| {
+            ApiError::bad_request(format!(
+                "invalid task at index {index}: {error} (nothing was scheduled)"
+            ))
+        })?;
+        requests.push(ScheduleRequest {
+            id: task.id.unwrap_or_default(),
+            when: task.when,
+            payload: Bytes::from(task.payload.unwrap_or_default()),
+            mode: task.mode,
+        });
     }
+    let indexes = 0..requests.len();
     let (mut scheduled, mut replaced, mut duplicates, mut kept) = (0u64, 0u64, 0u64, 0u64);
     if !requests.is_empty() {
         let results = state.scheduler.schedule_many(&queue, requests).await?;

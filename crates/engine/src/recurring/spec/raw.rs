@@ -10,7 +10,7 @@ use super::{
 use crate::recurring::calendar::Calendar;
 
 /// Epoch milliseconds below this (10^11, i.e. 1973-03-03) are refused: they look like seconds.
-const MIN_PLAUSIBLE_EPOCH_MS: u64 = 100_000_000_000;
+pub const MIN_PLAUSIBLE_EPOCH_MS: u64 = 100_000_000_000;
 
 /// A spec as typed by a user: every field as text, as the CLI flags, an HTTP JSON body or a
 /// `cluster.yaml` entry give it. Unknown keys are refused when deserializing.

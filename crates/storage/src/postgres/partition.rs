@@ -1,0 +1,908 @@
+//! One partition inside one transaction that holds its lock: the state machine of a
+//! partition, step for step the memory twin's (`memory/partition/`), on rows.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use delayq_postgres::deadpool_postgres::Transaction;
+use delayq_postgres::tokio_postgres::types::ToSql;
+use delayq_postgres::tokio_postgres::{Error as PgError, Row};
+
+use super::sql::Sql;
+use super::{from_db, to_db};
+use crate::model::{
+    Cancel, ClaimBatch, ClaimedTask, DeadTask, FailAction, FailOutcome, LeaseToken, LookReport,
+    LookRequest, NewTask, Partition, PartitionStats, ScheduleMode, ScheduleOutcome, TaskId,
+    TaskInfo, TaskState,
+};
+use crate::recurring::TickOutcome;
+
+/// Where a live task is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Place {
+    Pending { at_ms: u64 },
+    Inflight { claim: u64, lease_deadline_ms: u64 },
+    Dead { failed_ms: u64 },
+}
+
+/// A live task's row.
+#[derive(Debug)]
+pub(super) struct TaskRow {
+    place: Place,
+    due_ms: u64,
+    scheduled_due_ms: u64,
+    attempt: u32,
+    generation: u64,
+    payload: Vec<u8>,
+    last_error: Option<String>,
+}
+
+impl TaskRow {
+    fn current_due_ms(&self) -> u64 {
+        match self.place {
+            Place::Pending { at_ms } => at_ms,
+            _ => self.due_ms,
+        }
+    }
+
+    fn from_row(row: &Row) -> Self {
+        let state: String = row.get(0);
+        let at_ms = from_db(row.get(1));
+        let place = match state.as_str() {
+            "inflight" => Place::Inflight {
+                claim: from_db(row.get::<_, Option<i64>>(6).unwrap_or(0)),
+                lease_deadline_ms: at_ms,
+            },
+            "dead" => Place::Dead { failed_ms: at_ms },
+            _ => Place::Pending { at_ms },
+        };
+        TaskRow {
+            place,
+            due_ms: from_db(row.get(2)),
+            scheduled_due_ms: from_db(row.get(3)),
+            attempt: u32::try_from(row.get::<_, i32>(4)).unwrap_or(0),
+            generation: from_db(row.get(5)),
+            payload: row.get(7),
+            last_error: row.get(8),
+        }
+    }
+}
+
+/// A done record.
+struct DoneRow {
+    due_ms: u64,
+    scheduled_due_ms: u64,
+    attempt: u32,
+    generation: u64,
+    completed_ms: u64,
+}
+
+/// Whether a token holds its lease (as the memory twin's `Lease`).
+enum Lease {
+    Held,
+    Superseded,
+    Stale,
+    Cancelled,
+}
+
+/// A token that no longer holds its lease.
+pub(super) struct StaleLease;
+
+/// One partition, locked for the rest of the transaction.
+pub(super) struct Part<'t, 'x> {
+    tx: &'t Transaction<'x>,
+    sql: Arc<Sql>,
+    queue: String,
+    idx: i32,
+    sequence: i64,
+    locked_sequence: i64,
+    /// The database clock when the lock was taken, in ms and µs.
+    pub(super) now_ms: u64,
+    now_us: i64,
+}
+
+impl<'t, 'x> Part<'t, 'x> {
+    /// Locks `partition` (making its row if needed).
+    pub(super) async fn lock(
+        tx: &'t Transaction<'x>,
+        sql: Arc<Sql>,
+        partition: &Partition,
+    ) -> Result<Part<'t, 'x>, PgError> {
+        let queue = partition.queue.as_str().to_owned();
+        let idx = i32::try_from(partition.index).unwrap_or(i32::MAX);
+        let ensure = tx.prepare_cached(&sql.ensure_partition).await?;
+        tx.execute(&ensure, &[&queue, &idx]).await?;
+        let lock = tx.prepare_cached(&sql.lock_partition).await?;
+        let row = tx.query_one(&lock, &[&queue, &idx]).await?;
+        let sequence: i64 = row.get(0);
+        Ok(Part {
+            tx,
+            sql,
+            queue,
+            idx,
+            sequence,
+            locked_sequence: sequence,
+            now_ms: from_db(row.get(1)),
+            now_us: row.get(2),
+        })
+    }
+
+    /// Writes back what changed in the partition's row.
+    pub(super) async fn finish(self) -> Result<(), PgError> {
+        if self.sequence != self.locked_sequence {
+            let sequence = self.sequence;
+            self.exec(&self.sql.store_sequence, &[&sequence]).await?;
+        }
+        Ok(())
+    }
+
+    /// A new generation or claim number: above every earlier one, and above the clock in µs
+    /// so that a partition made again (after a queue delete) never reuses one.
+    fn next_sequence(&mut self) -> u64 {
+        self.sequence = (self.sequence + 1).max(self.now_us);
+        from_db(self.sequence)
+    }
+
+    /// Runs `sql` with `(queue, idx, extra...)`.
+    async fn query(&self, sql: &str, extra: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, PgError> {
+        let statement = self.tx.prepare_cached(sql).await?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.queue, &self.idx];
+        params.extend_from_slice(extra);
+        self.tx.query(&statement, &params).await
+    }
+
+    async fn query_opt(
+        &self,
+        sql: &str,
+        extra: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, PgError> {
+        Ok(self.query(sql, extra).await?.into_iter().next())
+    }
+
+    async fn exec(&self, sql: &str, extra: &[&(dyn ToSql + Sync)]) -> Result<u64, PgError> {
+        let statement = self.tx.prepare_cached(sql).await?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.queue, &self.idx];
+        params.extend_from_slice(extra);
+        self.tx.execute(&statement, &params).await
+    }
+
+    /// Whether the partition's queue is paused.
+    pub(super) async fn is_paused(&self) -> Result<bool, PgError> {
+        let statement = self.tx.prepare_cached(&self.sql.is_paused).await?;
+        Ok(self.tx.query_one(&statement, &[&self.queue]).await?.get(0))
+    }
+
+    async fn task(&self, id: &TaskId) -> Result<Option<TaskRow>, PgError> {
+        Ok(self
+            .query_opt(&self.sql.select_task, &[&id.as_str()])
+            .await?
+            .map(|row| TaskRow::from_row(&row)))
+    }
+
+    async fn done(&self, id: &TaskId) -> Result<Option<DoneRow>, PgError> {
+        Ok(self
+            .query_opt(&self.sql.select_done, &[&id.as_str()])
+            .await?
+            .map(|row| DoneRow {
+                due_ms: from_db(row.get(0)),
+                scheduled_due_ms: from_db(row.get(1)),
+                attempt: u32::try_from(row.get::<_, i32>(2)).unwrap_or(0),
+                generation: from_db(row.get(3)),
+                completed_ms: from_db(row.get(4)),
+            }))
+    }
+
+    async fn superseded_claim(&self, id: &TaskId) -> Result<Option<(u64, u64)>, PgError> {
+        Ok(self
+            .query_opt(&self.sql.select_superseded, &[&id.as_str()])
+            .await?
+            .map(|row| (from_db(row.get(0)), from_db(row.get(1)))))
+    }
+
+    async fn put_superseded(&self, id: &TaskId, claim: u64, lease: u64) -> Result<(), PgError> {
+        self.exec(
+            &self.sql.put_superseded,
+            &[&id.as_str(), &to_db(claim), &to_db(lease)],
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn drop_superseded(&self, id: &TaskId) -> Result<(), PgError> {
+        self.exec(&self.sql.delete_superseded, &[&id.as_str()])
+            .await
+            .map(|_| ())
+    }
+
+    async fn drop_done(&self, id: &TaskId) -> Result<(), PgError> {
+        self.exec(&self.sql.delete_done, &[&id.as_str()])
+            .await
+            .map(|_| ())
+    }
+
+    async fn delete_task(&self, id: &TaskId) -> Result<(), PgError> {
+        self.exec(&self.sql.delete_task, &[&id.as_str()])
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether `(id, due)` completed less than `retention_ms` ago.
+    async fn is_duplicate(&self, task: &NewTask, retention_ms: u64) -> Result<bool, PgError> {
+        Ok(self.done(&task.id).await?.is_some_and(|done| {
+            done.scheduled_due_ms == task.due_ms
+                && self.now_ms.saturating_sub(done.completed_ms) < retention_ms
+        }))
+    }
+
+    /// Schedules an already validated task (the memory twin's `schedule`).
+    pub(super) async fn schedule(
+        &mut self,
+        task: &NewTask,
+        mode: ScheduleMode,
+        retention_ms: u64,
+    ) -> Result<ScheduleOutcome, PgError> {
+        let existing = self.task(&task.id).await?;
+        let outcome = match existing {
+            Some(existing) if existing.generation == 0 => {
+                if let Place::Inflight {
+                    claim,
+                    lease_deadline_ms,
+                } = existing.place
+                {
+                    self.put_superseded(&task.id, claim, lease_deadline_ms)
+                        .await?;
+                }
+                ScheduleOutcome::Created
+            }
+            Some(existing) if mode == ScheduleMode::IfAbsent => {
+                return Ok(ScheduleOutcome::Kept {
+                    due_ms: existing.current_due_ms(),
+                })
+            }
+            Some(existing)
+                if matches!(existing.place, Place::Inflight { .. })
+                    && retention_ms > 0
+                    && existing.scheduled_due_ms == task.due_ms =>
+            {
+                return Ok(ScheduleOutcome::Duplicate)
+            }
+            Some(existing)
+                if retention_ms > 0
+                    && existing.scheduled_due_ms == task.due_ms
+                    && match existing.place {
+                        Place::Dead { .. } => true,
+                        Place::Pending { .. } => existing.attempt > 1,
+                        Place::Inflight { .. } => false,
+                    } =>
+            {
+                return Ok(ScheduleOutcome::Duplicate)
+            }
+            Some(existing)
+                if match existing.place {
+                    Place::Pending { at_ms } => mode.keeps_pending(at_ms, task.due_ms),
+                    Place::Inflight { .. } => mode.keeps_inflight(existing.due_ms, task.due_ms),
+                    Place::Dead { .. } => false,
+                } =>
+            {
+                return Ok(ScheduleOutcome::Kept {
+                    due_ms: existing.current_due_ms(),
+                })
+            }
+            Some(existing) => {
+                if let Place::Inflight {
+                    claim,
+                    lease_deadline_ms,
+                } = existing.place
+                {
+                    self.put_superseded(&task.id, claim, lease_deadline_ms)
+                        .await?;
+                }
+                ScheduleOutcome::Replaced {
+                    previous_due_ms: existing.current_due_ms(),
+                }
+            }
+            None if self.is_duplicate(task, retention_ms).await? => {
+                return Ok(ScheduleOutcome::Duplicate)
+            }
+            None => {
+                self.drop_done(&task.id).await?;
+                ScheduleOutcome::Created
+            }
+        };
+        let generation = to_db(self.next_sequence());
+        self.exec(
+            &self.sql.put_pending,
+            &[
+                &task.id.as_str(),
+                &to_db(task.due_ms),
+                &generation,
+                &task.payload.as_ref(),
+            ],
+        )
+        .await?;
+        Ok(outcome)
+    }
+
+    /// Creates a recurring tick's task unless the ledger has its id.
+    pub(super) async fn create_tick(
+        &mut self,
+        task: &NewTask,
+        retention_ms: u64,
+    ) -> Result<TickOutcome, PgError> {
+        let exists = self
+            .query_opt(&self.sql.tick_exists, &[&task.id.as_str()])
+            .await?
+            .is_some_and(|row| row.get::<_, bool>(0));
+        if exists {
+            return Ok(TickOutcome::AlreadyCreated);
+        }
+        self.exec(
+            &self.sql.put_tick,
+            &[&task.id.as_str(), &to_db(task.due_ms)],
+        )
+        .await?;
+        Ok(
+            match self
+                .schedule(task, ScheduleMode::IfAbsent, retention_ms)
+                .await?
+            {
+                ScheduleOutcome::Created | ScheduleOutcome::Replaced { .. } => TickOutcome::Created,
+                ScheduleOutcome::Kept { due_ms } => TickOutcome::Kept { due_ms },
+                ScheduleOutcome::Duplicate => TickOutcome::Duplicate,
+            },
+        )
+    }
+
+    /// Removes ids from the tick ledger.
+    pub(super) async fn forget_ticks(&self, ids: &[TaskId]) -> Result<(), PgError> {
+        let ids: Vec<&str> = ids.iter().map(TaskId::as_str).collect();
+        self.exec(&self.sql.forget_ticks, &[&ids]).await.map(|_| ())
+    }
+
+    /// Cancels a task.
+    pub(super) async fn cancel(&self, id: &TaskId) -> Result<Cancel, PgError> {
+        let Some(record) = self.task(id).await? else {
+            return Ok(Cancel::NotFound);
+        };
+        if let Place::Inflight { .. } = record.place {
+            self.exec(&self.sql.cancel_inflight, &[&id.as_str()])
+                .await?;
+            return Ok(Cancel::InFlight);
+        }
+        self.delete_task(id).await?;
+        self.drop_superseded(id).await?;
+        Ok(Cancel::Cancelled)
+    }
+
+    /// The task as `get` reports it.
+    pub(super) async fn get(
+        &self,
+        id: &TaskId,
+        retention_ms: u64,
+    ) -> Result<Option<TaskInfo>, PgError> {
+        if let Some(record) = self.task(id).await? {
+            let (state, state_since_ms) = match record.place {
+                Place::Pending { .. } => (TaskState::Pending, None),
+                Place::Inflight {
+                    lease_deadline_ms, ..
+                } => (TaskState::Inflight, Some(lease_deadline_ms)),
+                Place::Dead { failed_ms } => (TaskState::Dead, Some(failed_ms)),
+            };
+            return Ok(Some(TaskInfo {
+                id: id.clone(),
+                state,
+                due_ms: record.current_due_ms(),
+                attempt: record.attempt,
+                generation: record.generation,
+                payload: Bytes::from(record.payload),
+                last_error: record.last_error,
+                state_since_ms,
+            }));
+        }
+        let Some(done) = self.done(id).await? else {
+            return Ok(None);
+        };
+        Ok(
+            (self.now_ms.saturating_sub(done.completed_ms) < retention_ms).then(|| TaskInfo {
+                id: id.clone(),
+                state: TaskState::Done,
+                due_ms: done.due_ms,
+                attempt: done.attempt,
+                generation: done.generation,
+                payload: Bytes::new(),
+                last_error: None,
+                state_since_ms: Some(done.completed_ms),
+            }),
+        )
+    }
+
+    /// Moves up to `limit` due tasks in flight (at most `max_bytes` of payload, but at least
+    /// one task) and keeps the claim's receipt.
+    pub(super) async fn claim_due(
+        &mut self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+        lease_deadline_ms: u64,
+        owner: &str,
+        max_bytes: usize,
+    ) -> Result<ClaimBatch, PgError> {
+        let now_ms = now_ms.min(self.now_ms);
+        let rows = self
+            .query(
+                &self.sql.due_tasks,
+                &[&to_db(now_ms), &i64::try_from(limit).unwrap_or(i64::MAX)],
+            )
+            .await?;
+        let mut tasks = Vec::with_capacity(rows.len());
+        let mut bytes = 0usize;
+        for row in rows {
+            let payload: Vec<u8> = row.get(4);
+            if !tasks.is_empty() && bytes + payload.len() > max_bytes {
+                break;
+            }
+            // Rows this store wrote always hold a valid id; one written by outside tooling
+            // that does not is left where it is rather than block the claim.
+            let Ok(id) = TaskId::new(row.get::<_, &str>(0)) else {
+                continue;
+            };
+            bytes += payload.len();
+            let claim = self.next_sequence();
+            let generation = from_db(row.get(3));
+            tasks.push(ClaimedTask {
+                token: LeaseToken {
+                    partition: partition.clone(),
+                    id: id.clone(),
+                    generation,
+                    claim,
+                },
+                id,
+                due_ms: from_db(row.get(1)),
+                attempt: u32::try_from(row.get::<_, i32>(2)).unwrap_or(0),
+                generation,
+                payload: Bytes::from(payload),
+            });
+        }
+        if !tasks.is_empty() {
+            let ids: Vec<&str> = tasks.iter().map(|task| task.id.as_str()).collect();
+            let claims: Vec<i64> = tasks.iter().map(|task| to_db(task.token.claim)).collect();
+            let lease = to_db(lease_deadline_ms);
+            self.exec(&self.sql.delete_superseded_many, &[&ids]).await?;
+            self.exec(&self.sql.mark_claimed, &[&ids, &claims, &lease])
+                .await?;
+            self.exec(&self.sql.store_receipt, &[&owner, &lease, &ids, &claims])
+                .await?;
+        }
+        let next_due_ms = self.first_time(&self.sql.next_due, &[]).await?;
+        Ok(ClaimBatch {
+            tasks,
+            next_due_ms,
+            dead_lettered: Vec::new(),
+            paused: false,
+        })
+    }
+
+    /// The tasks of the latest claim, if `owner` made it with `lease_deadline_ms`, still in
+    /// flight under it.
+    pub(super) async fn recover_claim(
+        &self,
+        partition: &Partition,
+        owner: &str,
+        lease_deadline_ms: u64,
+    ) -> Result<ClaimBatch, PgError> {
+        let mut batch = ClaimBatch::default();
+        let Some(row) = self.query_opt(&self.sql.select_receipt, &[]).await? else {
+            return Ok(batch);
+        };
+        let (who, lease): (Option<String>, Option<i64>) = (row.get(0), row.get(1));
+        if who.as_deref() != Some(owner) || lease != Some(to_db(lease_deadline_ms)) {
+            return Ok(batch);
+        }
+        let ids: Vec<String> = row.get::<_, Option<Vec<String>>>(2).unwrap_or_default();
+        let claims: Vec<i64> = row.get::<_, Option<Vec<i64>>>(3).unwrap_or_default();
+        for (id, claimed) in ids.iter().zip(claims) {
+            let Ok(id) = TaskId::new(id) else { continue };
+            let Some(record) = self.task(&id).await? else {
+                continue;
+            };
+            let held =
+                matches!(record.place, Place::Inflight { claim, .. } if claim == from_db(claimed));
+            if !held || record.generation == 0 {
+                continue;
+            }
+            batch.tasks.push(ClaimedTask {
+                token: LeaseToken {
+                    partition: partition.clone(),
+                    id: id.clone(),
+                    generation: record.generation,
+                    claim: from_db(claimed),
+                },
+                id,
+                due_ms: record.due_ms,
+                attempt: record.attempt,
+                generation: record.generation,
+                payload: Bytes::from(record.payload),
+            });
+        }
+        Ok(batch)
+    }
+
+    async fn first_time(
+        &self,
+        sql: &str,
+        extra: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<u64>, PgError> {
+        Ok(self
+            .query_opt(sql, extra)
+            .await?
+            .and_then(|row| row.get::<_, Option<i64>>(0))
+            .map(from_db))
+    }
+
+    /// The pending `(id, due)` pairs in `from_ms..=to_ms`.
+    pub(super) async fn peek_window(
+        &self,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<(TaskId, u64)>, PgError> {
+        let rows = self
+            .query(
+                &self.sql.window,
+                &[
+                    &to_db(from_ms),
+                    &to_db(to_ms),
+                    &i64::try_from(limit).unwrap_or(i64::MAX),
+                ],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let id = TaskId::new(row.get::<_, &str>(0)).ok()?;
+                Some((id, from_db(row.get(1))))
+            })
+            .collect())
+    }
+
+    /// Sweep, prune, window, and when to look again.
+    pub(super) async fn look(&mut self, request: &LookRequest) -> Result<LookReport, PgError> {
+        let requeued = self
+            .requeue_expired(request.now_ms, request.requeue_limit)
+            .await?;
+        let pruned = match request.prune_before_ms {
+            Some(before) => self.prune_done(before, request.prune_limit).await?,
+            None => 0,
+        };
+        let limit = request.window_limit.max(1);
+        let window = self.peek_window(0, request.window_end_ms, limit).await?;
+        let next_due_after_window_ms = if window.len() < limit {
+            self.first_time(&self.sql.next_due_after, &[&to_db(request.window_end_ms)])
+                .await?
+        } else {
+            None
+        };
+        Ok(LookReport {
+            requeued,
+            pruned,
+            window,
+            next_due_after_window_ms,
+            earliest_lease_deadline_ms: self.first_time(&self.sql.earliest_lease, &[]).await?,
+        })
+    }
+
+    fn lease_of(
+        &self,
+        token: &LeaseToken,
+        record: Option<&TaskRow>,
+        done: Option<&DoneRow>,
+    ) -> Lease {
+        match record {
+            Some(record) if record.generation == 0 => match record.place {
+                Place::Inflight { claim, .. } if claim == token.claim => Lease::Cancelled,
+                _ => Lease::Stale,
+            },
+            Some(record) if record.generation != token.generation => Lease::Superseded,
+            Some(record) => match record.place {
+                Place::Inflight { claim, .. } if claim == token.claim => Lease::Held,
+                _ => Lease::Stale,
+            },
+            None => match done {
+                Some(done) if done.generation == token.generation => Lease::Stale,
+                _ => Lease::Superseded,
+            },
+        }
+    }
+
+    /// The lease of `token` and the task's row; a superseded token's claim leaves flight.
+    async fn check(&self, token: &LeaseToken) -> Result<(Lease, Option<TaskRow>), PgError> {
+        let record = self.task(&token.id).await?;
+        let done = match record {
+            None => self.done(&token.id).await?,
+            Some(_) => None,
+        };
+        let lease = self.lease_of(token, record.as_ref(), done.as_ref());
+        if let Lease::Superseded = lease {
+            if self
+                .superseded_claim(&token.id)
+                .await?
+                .is_some_and(|(claim, _)| claim == token.claim)
+            {
+                self.drop_superseded(&token.id).await?;
+            }
+        }
+        Ok((lease, record))
+    }
+
+    /// Completes the task behind `token`: `Ok(Ok(true))` completed, `Ok(Ok(false))`
+    /// superseded.
+    pub(super) async fn ack(
+        &self,
+        token: &LeaseToken,
+        retention_ms: u64,
+    ) -> Result<Result<bool, StaleLease>, PgError> {
+        let (lease, record) = self.check(token).await?;
+        match lease {
+            Lease::Stale => return Ok(Err(StaleLease)),
+            Lease::Superseded => return Ok(Ok(false)),
+            Lease::Cancelled => {
+                self.delete_task(&token.id).await?;
+                return Ok(Ok(false));
+            }
+            Lease::Held => {}
+        }
+        let Some(record) = record else {
+            return Ok(Err(StaleLease));
+        };
+        self.delete_task(&token.id).await?;
+        if retention_ms == 0 {
+            self.drop_done(&token.id).await?;
+            return Ok(Ok(true));
+        }
+        self.exec(
+            &self.sql.put_done,
+            &[
+                &token.id.as_str(),
+                &to_db(record.due_ms),
+                &to_db(record.scheduled_due_ms),
+                &i32::try_from(record.attempt).unwrap_or(i32::MAX),
+                &to_db(record.generation),
+                &to_db(self.now_ms),
+            ],
+        )
+        .await?;
+        Ok(Ok(true))
+    }
+
+    /// Records a failed attempt of the task behind `token`.
+    pub(super) async fn fail(
+        &self,
+        token: &LeaseToken,
+        error: &str,
+        action: FailAction,
+    ) -> Result<Result<FailOutcome, StaleLease>, PgError> {
+        let (lease, record) = self.check(token).await?;
+        match lease {
+            Lease::Stale => return Ok(Err(StaleLease)),
+            Lease::Superseded => return Ok(Ok(FailOutcome::Superseded)),
+            Lease::Cancelled => {
+                self.delete_task(&token.id).await?;
+                return Ok(Ok(FailOutcome::Superseded));
+            }
+            Lease::Held => {}
+        }
+        let Some(record) = record else {
+            return Ok(Err(StaleLease));
+        };
+        Ok(Ok(match action {
+            FailAction::RetryAt(retry_ms) | FailAction::RequeueAt(retry_ms) => {
+                let attempt = if matches!(action, FailAction::RetryAt(_)) {
+                    record.attempt.saturating_add(1)
+                } else {
+                    record.attempt
+                };
+                let at = to_db(retry_ms);
+                self.exec(
+                    &self.sql.make_pending,
+                    &[
+                        &token.id.as_str(),
+                        &at,
+                        &at,
+                        &i32::try_from(attempt).unwrap_or(i32::MAX),
+                        &error,
+                    ],
+                )
+                .await?;
+                FailOutcome::Retrying {
+                    attempt,
+                    due_ms: retry_ms,
+                }
+            }
+            FailAction::DeadLetter => {
+                self.exec(
+                    &self.sql.make_dead,
+                    &[&token.id.as_str(), &to_db(self.now_ms), &error],
+                )
+                .await?;
+                FailOutcome::DeadLettered
+            }
+        }))
+    }
+
+    /// Moves the lease deadline of the task behind `token`.
+    pub(super) async fn renew(
+        &self,
+        token: &LeaseToken,
+        lease_deadline_ms: u64,
+    ) -> Result<Result<(), StaleLease>, PgError> {
+        let record = self.task(&token.id).await?;
+        let done = match record {
+            None => self.done(&token.id).await?,
+            Some(_) => None,
+        };
+        if !matches!(
+            self.lease_of(token, record.as_ref(), done.as_ref()),
+            Lease::Held | Lease::Cancelled
+        ) {
+            return Ok(Err(StaleLease));
+        }
+        if !matches!(record.map(|r| r.place), Some(Place::Inflight { .. })) {
+            return Ok(Err(StaleLease));
+        }
+        self.exec(
+            &self.sql.renew,
+            &[&token.id.as_str(), &to_db(lease_deadline_ms)],
+        )
+        .await?;
+        Ok(Ok(()))
+    }
+
+    /// Puts back up to `limit` leases that ran out before `now_ms` (the database clock if
+    /// earlier): their tasks pending at once, same attempt; a superseded claim's lease is
+    /// only dropped; a task cancelled while it ran is forgotten.
+    pub(super) async fn requeue_expired(
+        &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<TaskId>, PgError> {
+        let now_ms = now_ms.min(self.now_ms);
+        let rows = self
+            .query(
+                &self.sql.expired_leases,
+                &[&to_db(now_ms), &i64::try_from(limit).unwrap_or(i64::MAX)],
+            )
+            .await?;
+        let mut requeued = Vec::new();
+        for row in rows {
+            let Ok(id) = TaskId::new(row.get::<_, &str>(0)) else {
+                continue;
+            };
+            if row.get::<_, bool>(2) {
+                self.drop_superseded(&id).await?;
+                continue;
+            }
+            let Some(record) = self.task(&id).await? else {
+                continue;
+            };
+            if record.generation == 0 {
+                self.delete_task(&id).await?;
+            } else {
+                let at = to_db(now_ms);
+                self.exec(
+                    &self.sql.make_pending,
+                    &[
+                        &id.as_str(),
+                        &at,
+                        &to_db(record.due_ms),
+                        &i32::try_from(record.attempt).unwrap_or(i32::MAX),
+                        &record.last_error,
+                    ],
+                )
+                .await?;
+                requeued.push(id);
+            }
+        }
+        Ok(requeued)
+    }
+
+    /// Forgets up to `limit` done records completed before `older_than_ms`.
+    pub(super) async fn prune_done(
+        &self,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> Result<u64, PgError> {
+        self.exec(
+            &self.sql.prune_done,
+            &[
+                &to_db(older_than_ms),
+                &i64::try_from(limit).unwrap_or(i64::MAX),
+            ],
+        )
+        .await
+    }
+
+    /// The partition's counts.
+    pub(super) async fn stats(&self, now_ms: u64) -> Result<PartitionStats, PgError> {
+        let rows = self.query(&self.sql.stats, &[&to_db(now_ms)]).await?;
+        let Some(row) = rows.first() else {
+            return Ok(PartitionStats::default());
+        };
+        Ok(PartitionStats {
+            pending: from_db(row.get(0)),
+            due_now: from_db(row.get(1)),
+            inflight: from_db(row.get(2)),
+            dead: from_db(row.get(3)),
+            done: from_db(row.get(4)),
+        })
+    }
+
+    /// Up to `limit` dead letters, oldest first.
+    pub(super) async fn list_dead(&self, limit: usize) -> Result<Vec<DeadTask>, PgError> {
+        let rows = self
+            .query(
+                &self.sql.list_dead,
+                &[&i64::try_from(limit).unwrap_or(i64::MAX)],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                Some(DeadTask {
+                    id: TaskId::new(row.get::<_, &str>(0)).ok()?,
+                    due_ms: from_db(row.get(1)),
+                    attempt: u32::try_from(row.get::<_, i32>(2)).unwrap_or(0),
+                    failed_ms: from_db(row.get(3)),
+                    last_error: row.get(4),
+                    payload: Bytes::from(row.get::<_, Vec<u8>>(5)),
+                })
+            })
+            .collect())
+    }
+
+    /// The `(id, failed_ms)` of up to `limit` dead letters, oldest first.
+    pub(super) async fn peek_dead(&self, limit: usize) -> Result<Vec<(TaskId, u64)>, PgError> {
+        let rows = self
+            .query(
+                &self.sql.peek_dead,
+                &[&i64::try_from(limit).unwrap_or(i64::MAX)],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                Some((
+                    TaskId::new(row.get::<_, &str>(0)).ok()?,
+                    from_db(row.get(1)),
+                ))
+            })
+            .collect())
+    }
+
+    /// Makes a dead letter pending at `due_ms` with attempt 1.
+    pub(super) async fn retry_dead(&self, id: &TaskId, due_ms: u64) -> Result<bool, PgError> {
+        Ok(self
+            .exec(&self.sql.retry_dead, &[&id.as_str(), &to_db(due_ms)])
+            .await?
+            > 0)
+    }
+
+    /// Deletes one dead letter, or all of them.
+    pub(super) async fn purge_dead(&self, id: Option<&TaskId>) -> Result<u64, PgError> {
+        let ids: Vec<TaskId> = match id {
+            Some(id) => match self.task(id).await? {
+                Some(record) if matches!(record.place, Place::Dead { .. }) => vec![id.clone()],
+                _ => Vec::new(),
+            },
+            None => self
+                .query(&self.sql.dead_ids, &[])
+                .await?
+                .iter()
+                .filter_map(|row| TaskId::new(row.get::<_, &str>(0)).ok())
+                .collect(),
+        };
+        for id in &ids {
+            self.cancel(id).await?;
+        }
+        Ok(ids.len() as u64)
+    }
+}

@@ -1,0 +1,263 @@
+//! Every statement of the PostgreSQL backend, in one place, with the schema put in once.
+//!
+//! Parameters: `$1` is always the queue and `$2` the partition index where a statement
+//! concerns one partition. Times are milliseconds since the epoch (`bigint`).
+
+use delayq_postgres::Schema;
+
+/// The database clock in milliseconds (the cluster clock).
+const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::int8";
+
+/// The statements, with the schema substituted.
+#[derive(Debug)]
+pub(crate) struct Sql {
+    /// Creates the partition's row if missing. `$1 queue, $2 idx`.
+    pub ensure_partition: String,
+    /// Locks the partition's row: `sequence, now_ms, now_us`. `$1, $2`.
+    pub lock_partition: String,
+    /// Stores the sequence. `$1, $2, $3 sequence`.
+    pub store_sequence: String,
+    /// The registered partition count of `$1`.
+    pub queue_partitions: String,
+
+    /// One live task. `$1, $2, $3 id` → state, at_ms, due_ms, scheduled_due_ms, attempt,
+    /// generation, claim, payload, last_error.
+    pub select_task: String,
+    /// Inserts or replaces a pending task. `$1, $2, $3 id, $4 due, $5 generation, $6 payload`.
+    pub put_pending: String,
+    /// Deletes a live task. `$1, $2, $3 id`.
+    pub delete_task: String,
+    /// Marks a task cancelled while in flight. `$1, $2, $3 id`.
+    pub cancel_inflight: String,
+    /// Makes a task pending again. `$1, $2, $3 id, $4 at_ms, $5 due_ms, $6 attempt, $7 last_error`.
+    pub make_pending: String,
+    /// Makes a task dead. `$1, $2, $3 id, $4 failed_ms, $5 last_error`.
+    pub make_dead: String,
+    /// Moves a lease deadline. `$1, $2, $3 id, $4 lease`.
+    pub renew: String,
+    /// Makes a dead task pending at `$4` with attempt 1. `$1, $2, $3 id, $4 due`.
+    pub retry_dead: String,
+
+    /// The superseded claim of an id: claim, lease_deadline_ms. `$1, $2, $3 id`.
+    pub select_superseded: String,
+    /// Records a superseded claim. `$1, $2, $3 id, $4 claim, $5 lease`.
+    pub put_superseded: String,
+    /// Forgets a superseded claim. `$1, $2, $3 id`.
+    pub delete_superseded: String,
+
+    /// The done record of an id: due_ms, scheduled_due_ms, attempt, generation, completed_ms.
+    pub select_done: String,
+    /// Records a completion. `$1, $2, $3 id, $4 due, $5 scheduled due, $6 attempt,
+    /// $7 generation, $8 completed_ms`.
+    pub put_done: String,
+    /// Forgets a done record. `$1, $2, $3 id`.
+    pub delete_done: String,
+    /// Forgets up to `$4` done records completed before `$3`: the count.
+    pub prune_done: String,
+
+    /// Up to `$4` due pending tasks at or before `$3`, oldest first, locked: id, due_ms,
+    /// attempt, generation, payload.
+    pub due_tasks: String,
+    /// Moves claimed tasks in flight. `$1, $2, $3 ids, $4 claims, $5 lease`.
+    pub mark_claimed: String,
+    /// Forgets the superseded claims of ids. `$1, $2, $3 ids`.
+    pub delete_superseded_many: String,
+    /// Keeps the receipt of a claim. `$1, $2, $3 owner, $4 lease, $5 ids, $6 claims`.
+    pub store_receipt: String,
+    /// The receipt: owner, lease, ids, claims.
+    pub select_receipt: String,
+    /// The earliest pending time.
+    pub next_due: String,
+    /// The earliest pending time after `$3`.
+    pub next_due_after: String,
+    /// Pending `(id, at_ms)` with `$3 <= at_ms <= $4`, up to `$5`, in order.
+    pub window: String,
+    /// The earliest lease deadline in flight (tasks and superseded claims).
+    pub earliest_lease: String,
+    /// Up to `$4` leases (tasks and superseded claims) that ran out before `$3`, in
+    /// (deadline, id) order: id, deadline, superseded.
+    pub expired_leases: String,
+
+    /// Counts: pending, due_now (at or before `$3`), inflight, dead, done.
+    pub stats: String,
+    /// Up to `$3` dead letters oldest first: id, due_ms, attempt, failed_ms, last_error,
+    /// payload.
+    pub list_dead: String,
+    /// Up to `$3` `(id, failed_ms)` of dead letters oldest first.
+    pub peek_dead: String,
+    /// The ids of every dead letter of the partition.
+    pub dead_ids: String,
+
+    /// Whether `$1` is paused.
+    pub is_paused: String,
+
+    /// Whether the tick ledger has `$3`.
+    pub tick_exists: String,
+    /// Adds `$3` (due `$4`) to the tick ledger.
+    pub put_tick: String,
+    /// Removes the ids `$3` from the tick ledger.
+    pub forget_ticks: String,
+}
+
+impl Sql {
+    pub(crate) fn new(schema: &Schema) -> Self {
+        let s = |template: &str| schema.substitute(template).replace("{now}", NOW_MS);
+        let task_key = "queue = $1 AND idx = $2 AND id = $3";
+        Sql {
+            ensure_partition: s(
+                "INSERT INTO {schema}.partitions (queue, idx) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            ),
+            lock_partition: s(
+                "SELECT sequence, {now}, (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
+                 FROM {schema}.partitions WHERE queue = $1 AND idx = $2 FOR UPDATE",
+            ),
+            store_sequence: s(
+                "UPDATE {schema}.partitions SET sequence = $3 WHERE queue = $1 AND idx = $2",
+            ),
+            queue_partitions: s("SELECT partitions FROM {schema}.queues WHERE queue = $1"),
+
+            select_task: s(&format!(
+                "SELECT state, at_ms, due_ms, scheduled_due_ms, attempt, generation, claim, payload, \
+                 last_error FROM {{schema}}.tasks WHERE {task_key}"
+            )),
+            put_pending: s(
+                "INSERT INTO {schema}.tasks (queue, idx, id, state, at_ms, due_ms, scheduled_due_ms, \
+                 attempt, generation, claim, payload, last_error) \
+                 VALUES ($1, $2, $3, 'pending', $4, $4, $4, 1, $5, NULL, $6, NULL) \
+                 ON CONFLICT (queue, idx, id) DO UPDATE SET state = 'pending', at_ms = $4, \
+                 due_ms = $4, scheduled_due_ms = $4, attempt = 1, generation = $5, claim = NULL, \
+                 payload = $6, last_error = NULL",
+            ),
+            delete_task: s(&format!("DELETE FROM {{schema}}.tasks WHERE {task_key}")),
+            cancel_inflight: s(&format!(
+                "UPDATE {{schema}}.tasks SET generation = 0 WHERE {task_key}"
+            )),
+            make_pending: s(&format!(
+                "UPDATE {{schema}}.tasks SET state = 'pending', at_ms = $4, due_ms = $5, \
+                 attempt = $6, last_error = $7, claim = NULL WHERE {task_key}"
+            )),
+            make_dead: s(&format!(
+                "UPDATE {{schema}}.tasks SET state = 'dead', at_ms = $4, last_error = $5, \
+                 claim = NULL WHERE {task_key}"
+            )),
+            renew: s(&format!(
+                "UPDATE {{schema}}.tasks SET at_ms = $4 WHERE {task_key}"
+            )),
+            retry_dead: s(&format!(
+                "UPDATE {{schema}}.tasks SET state = 'pending', at_ms = $4, due_ms = $4, \
+                 attempt = 1 WHERE {task_key} AND state = 'dead'"
+            )),
+
+            select_superseded: s(&format!(
+                "SELECT claim, lease_deadline_ms FROM {{schema}}.superseded WHERE {task_key}"
+            )),
+            put_superseded: s(
+                "INSERT INTO {schema}.superseded (queue, idx, id, claim, lease_deadline_ms) \
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (queue, idx, id) \
+                 DO UPDATE SET claim = $4, lease_deadline_ms = $5",
+            ),
+            delete_superseded: s(&format!(
+                "DELETE FROM {{schema}}.superseded WHERE {task_key}"
+            )),
+
+            select_done: s(&format!(
+                "SELECT due_ms, scheduled_due_ms, attempt, generation, completed_ms \
+                 FROM {{schema}}.done WHERE {task_key}"
+            )),
+            put_done: s(
+                "INSERT INTO {schema}.done (queue, idx, id, due_ms, scheduled_due_ms, attempt, \
+                 generation, completed_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                 ON CONFLICT (queue, idx, id) DO UPDATE SET due_ms = $4, scheduled_due_ms = $5, \
+                 attempt = $6, generation = $7, completed_ms = $8",
+            ),
+            delete_done: s(&format!("DELETE FROM {{schema}}.done WHERE {task_key}")),
+            prune_done: s(
+                "WITH doomed AS (SELECT id FROM {schema}.done WHERE queue = $1 AND idx = $2 \
+                 AND completed_ms < $3 ORDER BY completed_ms, id LIMIT $4) \
+                 DELETE FROM {schema}.done d USING doomed \
+                 WHERE d.queue = $1 AND d.idx = $2 AND d.id = doomed.id",
+            ),
+
+            due_tasks: s(
+                "SELECT id, due_ms, attempt, generation, payload FROM {schema}.tasks \
+                 WHERE queue = $1 AND idx = $2 AND state = 'pending' AND at_ms <= $3 \
+                 ORDER BY at_ms, id LIMIT $4 FOR UPDATE SKIP LOCKED",
+            ),
+            mark_claimed: s(
+                "UPDATE {schema}.tasks t SET state = 'inflight', at_ms = $5, claim = c.claim \
+                 FROM unnest($3::text[], $4::int8[]) AS c(id, claim) \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = c.id",
+            ),
+            delete_superseded_many: s(
+                "DELETE FROM {schema}.superseded WHERE queue = $1 AND idx = $2 AND id = ANY($3)",
+            ),
+            store_receipt: s(
+                "UPDATE {schema}.partitions SET receipt_owner = $3, receipt_lease_ms = $4, \
+                 receipt_ids = $5, receipt_claims = $6 WHERE queue = $1 AND idx = $2",
+            ),
+            select_receipt: s(
+                "SELECT receipt_owner, receipt_lease_ms, receipt_ids, receipt_claims \
+                 FROM {schema}.partitions WHERE queue = $1 AND idx = $2",
+            ),
+            next_due: s(
+                "SELECT min(at_ms) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
+                 AND state = 'pending'",
+            ),
+            next_due_after: s(
+                "SELECT min(at_ms) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
+                 AND state = 'pending' AND at_ms > $3",
+            ),
+            window: s(
+                "SELECT id, at_ms FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
+                 AND state = 'pending' AND at_ms >= $3 AND at_ms <= $4 \
+                 ORDER BY at_ms, id LIMIT $5",
+            ),
+            earliest_lease: s(
+                "SELECT least((SELECT min(at_ms) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
+                 AND state = 'inflight'), (SELECT min(lease_deadline_ms) FROM {schema}.superseded \
+                 WHERE queue = $1 AND idx = $2))",
+            ),
+            expired_leases: s(
+                "SELECT id, at_ms, false FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
+                 AND state = 'inflight' AND at_ms < $3 \
+                 UNION ALL SELECT id, lease_deadline_ms, true FROM {schema}.superseded \
+                 WHERE queue = $1 AND idx = $2 AND lease_deadline_ms < $3 \
+                 ORDER BY 2, 1 LIMIT $4",
+            ),
+
+            stats: s(
+                "SELECT \
+                 (SELECT count(*) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND state = 'pending'), \
+                 (SELECT count(*) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND state = 'pending' AND at_ms <= $3), \
+                 (SELECT count(*) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND state = 'inflight') \
+                 + (SELECT count(*) FROM {schema}.superseded WHERE queue = $1 AND idx = $2), \
+                 (SELECT count(*) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND state = 'dead'), \
+                 (SELECT count(*) FROM {schema}.done WHERE queue = $1 AND idx = $2)",
+            ),
+            list_dead: s(
+                "SELECT id, due_ms, attempt, at_ms, last_error, payload FROM {schema}.tasks \
+                 WHERE queue = $1 AND idx = $2 AND state = 'dead' ORDER BY at_ms, id LIMIT $3",
+            ),
+            peek_dead: s(
+                "SELECT id, at_ms FROM {schema}.tasks \
+                 WHERE queue = $1 AND idx = $2 AND state = 'dead' ORDER BY at_ms, id LIMIT $3",
+            ),
+            dead_ids: s(
+                "SELECT id FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND state = 'dead'",
+            ),
+
+            is_paused: s("SELECT EXISTS (SELECT 1 FROM {schema}.paused WHERE queue = $1)"),
+
+            tick_exists: s(&format!(
+                "SELECT EXISTS (SELECT 1 FROM {{schema}}.ticks WHERE {task_key})"
+            )),
+            put_tick: s(
+                "INSERT INTO {schema}.ticks (queue, idx, id, due_ms) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT DO NOTHING",
+            ),
+            forget_ticks: s(
+                "DELETE FROM {schema}.ticks WHERE queue = $1 AND idx = $2 AND id = ANY($3)",
+            ),
+        }
+    }
+}

@@ -1,0 +1,734 @@
+//! [`TaskStore`] for [`PostgresStore`]: each partition operation is one transaction on the
+//! locked partition ([`Part`]); queue-wide controls lock what they count.
+
+use async_trait::async_trait;
+use delayq_postgres::tokio_postgres::Error as PgError;
+use futures::future::BoxFuture;
+
+use super::partition::{Part, StaleLease};
+use super::{from_db, from_layer, to_db, PostgresStore};
+use crate::error::{StorageError, StorageResult};
+use crate::model::{
+    validate_due, AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken,
+    LookReport, LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode,
+    ScheduleOutcome, TaskId, TaskInfo,
+};
+use crate::store::{ItemResult, TaskStore};
+
+/// The most partitions a queue may have (as every backend).
+const MAX_PARTITIONS: u32 = 65_536;
+
+/// The longest last-error text kept, in bytes (as every backend).
+const MAX_ERROR_BYTES: usize = 4096;
+
+fn bounded_error(error: &str) -> &str {
+    let mut end = error.len().min(MAX_ERROR_BYTES);
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    &error[..end]
+}
+
+fn stale(token: &LeaseToken) -> impl FnOnce(StaleLease) -> StorageError + '_ {
+    move |StaleLease| StorageError::StaleLease {
+        partition: token.partition.to_string(),
+        id: token.id.to_string(),
+    }
+}
+
+/// The key of the advisory lock that serializes a queue's global slots.
+fn slots_lock_key(queue: &QueueName) -> i64 {
+    crate::hash::stable_hash(format!("delayq.global_slots.{queue}").as_bytes()) as i64
+}
+
+impl PostgresStore {
+    /// Runs `work` on `partition` locked, in one transaction (retried whole on a transient
+    /// failure). Fails with `NoSuchPartition` first when the queue has fewer partitions.
+    pub(super) async fn in_partition<T, F>(
+        &self,
+        operation: &'static str,
+        partition: &Partition,
+        work: F,
+    ) -> StorageResult<T>
+    where
+        T: Send + 'static,
+        F: for<'p, 't, 'x> Fn(&'p mut Part<'t, 'x>) -> BoxFuture<'p, Result<T, PgError>>
+            + Send
+            + Sync
+            + Clone
+            + 'static,
+    {
+        self.check_partition(operation, partition).await?;
+        let sql = self.inner.sql.clone();
+        let partition = partition.clone();
+        self.inner
+            .database
+            .transaction(operation, move |tx| {
+                let work = work.clone();
+                let sql = sql.clone();
+                let partition = partition.clone();
+                Box::pin(async move {
+                    let mut part = Part::lock(tx, sql, &partition).await?;
+                    let value = work(&mut part).await?;
+                    part.finish().await?;
+                    Ok(value)
+                })
+            })
+            .await
+            .map_err(|error| from_layer(operation, error))
+    }
+
+    /// `NoSuchPartition` when the queue is registered with fewer partitions.
+    async fn check_partition(
+        &self,
+        operation: &'static str,
+        partition: &Partition,
+    ) -> StorageResult<()> {
+        let sql = self.inner.sql.queue_partitions.clone();
+        let queue = partition.queue.as_str().to_owned();
+        let recorded: Option<i32> = self
+            .inner
+            .database
+            .run(operation, move |client| {
+                let sql = sql.clone();
+                let queue = queue.clone();
+                Box::pin(async move {
+                    let statement = client.prepare_cached(&sql).await?;
+                    Ok(client
+                        .query_opt(&statement, &[&queue])
+                        .await?
+                        .map(|row| row.get(0)))
+                })
+            })
+            .await
+            .map_err(|error| from_layer(operation, error))?;
+        match recorded {
+            Some(partitions) if i64::from(partition.index) >= i64::from(partitions) => {
+                Err(StorageError::NoSuchPartition {
+                    queue: partition.queue.to_string(),
+                    index: partition.index,
+                    partitions: u32::try_from(partitions).unwrap_or(0),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs `work` in a transaction of its own (for what spans no partition).
+    async fn in_transaction<T, F>(&self, operation: &'static str, work: F) -> StorageResult<T>
+    where
+        T: Send + 'static,
+        F: for<'t, 'x> Fn(
+                &'t delayq_postgres::deadpool_postgres::Transaction<'x>,
+                String,
+            ) -> BoxFuture<'t, Result<T, PgError>>
+            + Send
+            + Sync
+            + Clone
+            + 'static,
+    {
+        let schema = self.inner.database.schema().quoted().to_owned();
+        self.inner
+            .database
+            .transaction(operation, move |tx| {
+                let work = work.clone();
+                let schema = schema.clone();
+                Box::pin(async move { work(tx, schema).await })
+            })
+            .await
+            .map_err(|error| from_layer(operation, error))
+    }
+
+    fn validate(&self, task: &NewTask) -> StorageResult<()> {
+        let max = self.inner.options.max_payload;
+        if task.payload.len() > max {
+            return Err(StorageError::PayloadTooLarge {
+                id: task.id.to_string(),
+                size: task.payload.len(),
+                max,
+            });
+        }
+        validate_due(task.due_ms)?;
+        Ok(())
+    }
+
+    async fn schedule_one(
+        &self,
+        partition: &Partition,
+        task: NewTask,
+        mode: ScheduleMode,
+    ) -> StorageResult<ScheduleOutcome> {
+        self.validate(&task)?;
+        let retention = self.inner.options.executed_retention_ms;
+        self.in_partition("schedule", partition, move |part| {
+            let task = task.clone();
+            Box::pin(async move { part.schedule(&task, mode, retention).await })
+        })
+        .await
+    }
+
+    pub(super) fn retention_ms(&self) -> u64 {
+        self.inner.options.executed_retention_ms
+    }
+
+    pub(super) fn max_payload(&self) -> usize {
+        self.inner.options.max_payload
+    }
+}
+
+#[async_trait]
+impl TaskStore for PostgresStore {
+    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(StorageError::InvalidPartitionCount {
+                queue: queue.to_string(),
+                partitions,
+            });
+        }
+        let name = queue.as_str().to_owned();
+        let count = i32::try_from(partitions).unwrap_or(i32::MAX);
+        let recorded: i32 = self
+            .in_transaction("register_queue", move |tx, schema| {
+                let name = name.clone();
+                Box::pin(async move {
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO {schema}.queues (queue, partitions) VALUES ($1, $2) \
+                             ON CONFLICT DO NOTHING"
+                        ),
+                        &[&name, &count],
+                    )
+                    .await?;
+                    let row = tx
+                        .query_one(
+                            &format!("SELECT partitions FROM {schema}.queues WHERE queue = $1"),
+                            &[&name],
+                        )
+                        .await?;
+                    Ok(row.get(0))
+                })
+            })
+            .await?;
+        let recorded = u32::try_from(recorded).unwrap_or(0);
+        if recorded != partitions {
+            return Err(StorageError::PartitionMismatch {
+                queue: queue.to_string(),
+                configured: partitions,
+                recorded,
+            });
+        }
+        Ok(recorded)
+    }
+
+    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+        let rows: Vec<(String, i32)> = self
+            .in_transaction("queues", |tx, schema| {
+                Box::pin(async move {
+                    let rows = tx
+                        .query(
+                            &format!(
+                                "SELECT queue, partitions FROM {schema}.queues ORDER BY queue"
+                            ),
+                            &[],
+                        )
+                        .await?;
+                    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+                })
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(name, partitions)| {
+                Some((QueueName::new(name).ok()?, u32::try_from(partitions).ok()?))
+            })
+            .collect())
+    }
+
+    async fn schedule(
+        &self,
+        partition: &Partition,
+        task: NewTask,
+        mode: ScheduleMode,
+    ) -> StorageResult<ScheduleOutcome> {
+        self.schedule_one(partition, task, mode).await
+    }
+
+    async fn schedule_many(
+        &self,
+        items: Vec<(Partition, NewTask)>,
+        mode: ScheduleMode,
+    ) -> StorageResult<Vec<ItemResult>> {
+        let mut results = Vec::with_capacity(items.len());
+        for (partition, task) in items {
+            results.push(self.schedule_one(&partition, task, mode).await);
+        }
+        Ok(results)
+    }
+
+    async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<Cancel> {
+        let id = id.clone();
+        self.in_partition("cancel", partition, move |part| {
+            let id = id.clone();
+            Box::pin(async move { part.cancel(&id).await })
+        })
+        .await
+    }
+
+    async fn get(&self, partition: &Partition, id: &TaskId) -> StorageResult<Option<TaskInfo>> {
+        let id = id.clone();
+        let retention = self.retention_ms();
+        self.in_partition("get", partition, move |part| {
+            let id = id.clone();
+            Box::pin(async move { part.get(&id, retention).await })
+        })
+        .await
+    }
+
+    async fn claim_due(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+        lease_deadline_ms: u64,
+        owner: &str,
+    ) -> StorageResult<ClaimBatch> {
+        let owner = owner.to_owned();
+        let max_bytes = self.inner.options.max_claim_bytes;
+        let target = partition.clone();
+        self.in_partition("claim_due", partition, move |part| {
+            let owner = owner.clone();
+            let target = target.clone();
+            Box::pin(async move {
+                // Read under the partition's lock: a pause that committed is seen (set_paused
+                // locks every partition of the queue).
+                if part.is_paused().await? {
+                    return Ok(ClaimBatch {
+                        paused: true,
+                        ..ClaimBatch::default()
+                    });
+                }
+                part.claim_due(&target, now_ms, limit, lease_deadline_ms, &owner, max_bytes)
+                    .await
+            })
+        })
+        .await
+    }
+
+    async fn recover_claim(
+        &self,
+        partition: &Partition,
+        owner: &str,
+        lease_deadline_ms: u64,
+    ) -> StorageResult<ClaimBatch> {
+        let owner = owner.to_owned();
+        let target = partition.clone();
+        self.in_partition("recover_claim", partition, move |part| {
+            let owner = owner.clone();
+            let target = target.clone();
+            Box::pin(async move { part.recover_claim(&target, &owner, lease_deadline_ms).await })
+        })
+        .await
+    }
+
+    async fn peek_window(
+        &self,
+        partition: &Partition,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        self.in_partition("peek_window", partition, move |part| {
+            Box::pin(async move { part.peek_window(from_ms, to_ms, limit).await })
+        })
+        .await
+    }
+
+    async fn look(
+        &self,
+        partition: &Partition,
+        request: &LookRequest,
+    ) -> StorageResult<LookReport> {
+        let request = request.clone();
+        self.in_partition("look", partition, move |part| {
+            let request = request.clone();
+            Box::pin(async move { part.look(&request).await })
+        })
+        .await
+    }
+
+    async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
+        let retention = self.retention_ms();
+        let owned = token.clone();
+        let completed = self
+            .in_partition("ack", &token.partition, move |part| {
+                let token = owned.clone();
+                Box::pin(async move { part.ack(&token, retention).await })
+            })
+            .await?;
+        let completed = completed.map_err(stale(token))?;
+        Ok(if completed {
+            AckOutcome::Completed
+        } else {
+            AckOutcome::Superseded
+        })
+    }
+
+    async fn fail(
+        &self,
+        token: &LeaseToken,
+        error: &str,
+        action: FailAction,
+    ) -> StorageResult<FailOutcome> {
+        if let Some(due_ms) = action.due_ms() {
+            validate_due(due_ms)?;
+        }
+        let error = bounded_error(error).to_owned();
+        let owned = token.clone();
+        let outcome = self
+            .in_partition("fail", &token.partition, move |part| {
+                let token = owned.clone();
+                let error = error.clone();
+                Box::pin(async move { part.fail(&token, &error, action).await })
+            })
+            .await?;
+        outcome.map_err(stale(token))
+    }
+
+    async fn renew(&self, token: &LeaseToken, lease_deadline_ms: u64) -> StorageResult<()> {
+        let owned = token.clone();
+        let renewed = self
+            .in_partition("renew", &token.partition, move |part| {
+                let token = owned.clone();
+                Box::pin(async move { part.renew(&token, lease_deadline_ms).await })
+            })
+            .await?;
+        renewed.map_err(stale(token))
+    }
+
+    async fn requeue_expired(
+        &self,
+        partition: &Partition,
+        now_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<TaskId>> {
+        self.in_partition("requeue_expired", partition, move |part| {
+            Box::pin(async move { part.requeue_expired(now_ms, limit).await })
+        })
+        .await
+    }
+
+    async fn prune_done(
+        &self,
+        partition: &Partition,
+        older_than_ms: u64,
+        limit: usize,
+    ) -> StorageResult<u64> {
+        self.in_partition("prune_done", partition, move |part| {
+            Box::pin(async move { part.prune_done(older_than_ms, limit).await })
+        })
+        .await
+    }
+
+    async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats> {
+        self.in_partition("stats", partition, move |part| {
+            Box::pin(async move { part.stats(now_ms).await })
+        })
+        .await
+    }
+
+    async fn list_dead(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<DeadTask>> {
+        self.in_partition("list_dead", partition, move |part| {
+            Box::pin(async move { part.list_dead(limit).await })
+        })
+        .await
+    }
+
+    async fn peek_dead(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<(TaskId, u64)>> {
+        self.in_partition("peek_dead", partition, move |part| {
+            Box::pin(async move { part.peek_dead(limit).await })
+        })
+        .await
+    }
+
+    async fn retry_dead(
+        &self,
+        partition: &Partition,
+        id: &TaskId,
+        due_ms: u64,
+    ) -> StorageResult<bool> {
+        validate_due(due_ms)?;
+        let id = id.clone();
+        self.in_partition("retry_dead", partition, move |part| {
+            let id = id.clone();
+            Box::pin(async move { part.retry_dead(&id, due_ms).await })
+        })
+        .await
+    }
+
+    async fn set_paused(
+        &self,
+        queue: &QueueName,
+        _partitions: u32,
+        paused: bool,
+    ) -> StorageResult<()> {
+        let name = queue.as_str().to_owned();
+        self.in_transaction("set_paused", move |tx, schema| {
+            let name = name.clone();
+            Box::pin(async move {
+                if paused {
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO {schema}.paused (queue, paused_ms) VALUES \
+                             ($1, (extract(epoch FROM clock_timestamp()) * 1000)::int8) \
+                             ON CONFLICT DO NOTHING"
+                        ),
+                        &[&name],
+                    )
+                    .await?;
+                    // Wait for claims in progress: once this commits, every claim that takes
+                    // a partition's lock sees the pause.
+                    tx.execute(
+                        &format!("SELECT 1 FROM {schema}.partitions WHERE queue = $1 FOR UPDATE"),
+                        &[&name],
+                    )
+                    .await?;
+                } else {
+                    tx.execute(
+                        &format!("DELETE FROM {schema}.paused WHERE queue = $1"),
+                        &[&name],
+                    )
+                    .await?;
+                }
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn paused_queues(&self) -> StorageResult<Vec<(QueueName, u64)>> {
+        let rows: Vec<(String, i64)> = self
+            .in_transaction("paused_queues", |tx, schema| {
+                Box::pin(async move {
+                    let rows = tx
+                        .query(
+                            &format!("SELECT queue, paused_ms FROM {schema}.paused ORDER BY queue"),
+                            &[],
+                        )
+                        .await?;
+                    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+                })
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(name, since)| Some((QueueName::new(name).ok()?, from_db(since))))
+            .collect())
+    }
+
+    async fn take_rate_tokens(
+        &self,
+        queue: &QueueName,
+        window_start_ms: u64,
+        period_ms: u64,
+        limit: u64,
+        wanted: u64,
+    ) -> StorageResult<u64> {
+        let name = queue.as_str().to_owned();
+        let horizon = to_db(window_start_ms.saturating_sub(period_ms.saturating_mul(2)));
+        let start = to_db(window_start_ms);
+        self.in_transaction("take_rate_tokens", move |tx, schema| {
+            let name = name.clone();
+            Box::pin(async move {
+                // Windows older than two periods are forgotten (the Redis counters expire).
+                tx.execute(
+                    &format!(
+                        "DELETE FROM {schema}.rate_windows WHERE queue = $1 AND window_start_ms < $2"
+                    ),
+                    &[&name, &horizon],
+                )
+                .await?;
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {schema}.rate_windows (queue, window_start_ms, taken) \
+                         VALUES ($1, $2, 0) ON CONFLICT DO NOTHING"
+                    ),
+                    &[&name, &start],
+                )
+                .await?;
+                let row = tx
+                    .query_one(
+                        &format!(
+                            "SELECT taken FROM {schema}.rate_windows \
+                             WHERE queue = $1 AND window_start_ms = $2 FOR UPDATE"
+                        ),
+                        &[&name, &start],
+                    )
+                    .await?;
+                let used = from_db(row.get(0));
+                let grant = wanted.min(limit.saturating_sub(used));
+                if grant > 0 {
+                    tx.execute(
+                        &format!(
+                            "UPDATE {schema}.rate_windows SET taken = taken + $3 \
+                             WHERE queue = $1 AND window_start_ms = $2"
+                        ),
+                        &[&name, &start, &to_db(grant)],
+                    )
+                    .await?;
+                }
+                Ok(grant)
+            })
+        })
+        .await
+    }
+
+    async fn acquire_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        limit: u64,
+        wanted: u64,
+        lease_ms: u64,
+    ) -> StorageResult<u64> {
+        let name = queue.as_str().to_owned();
+        let node = node.to_owned();
+        let key = slots_lock_key(queue);
+        self.in_transaction("acquire_global_slots", move |tx, schema| {
+            let name = name.clone();
+            let node = node.clone();
+            Box::pin(async move {
+                let row = tx
+                    .query_one(
+                        "SELECT pg_advisory_xact_lock($1), \
+                         (extract(epoch FROM clock_timestamp()) * 1000)::int8",
+                        &[&key],
+                    )
+                    .await?;
+                let now: i64 = row.get(1);
+                tx.execute(
+                    &format!(
+                        "DELETE FROM {schema}.global_slots WHERE queue = $1 AND lease_deadline_ms <= $2"
+                    ),
+                    &[&name, &now],
+                )
+                .await?;
+                let row = tx
+                    .query_one(
+                        &format!(
+                            "SELECT coalesce(sum(held), 0)::int8, \
+                             bool_or(node = $2) IS TRUE FROM {schema}.global_slots WHERE queue = $1"
+                        ),
+                        &[&name, &node],
+                    )
+                    .await?;
+                let held = from_db(row.get(0));
+                let holds: bool = row.get(1);
+                let grant = wanted.min(limit.saturating_sub(held));
+                if grant > 0 || holds {
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO {schema}.global_slots (queue, node, held, lease_deadline_ms) \
+                             VALUES ($1, $2, $3, $4) ON CONFLICT (queue, node) DO UPDATE \
+                             SET held = {schema}.global_slots.held + $3, lease_deadline_ms = $4"
+                        ),
+                        &[&name, &node, &to_db(grant), &(now + to_db(lease_ms))],
+                    )
+                    .await?;
+                }
+                Ok(grant)
+            })
+        })
+        .await
+    }
+
+    async fn release_global_slots(
+        &self,
+        queue: &QueueName,
+        node: &str,
+        count: u64,
+    ) -> StorageResult<()> {
+        let name = queue.as_str().to_owned();
+        let node = node.to_owned();
+        let key = slots_lock_key(queue);
+        self.in_transaction("release_global_slots", move |tx, schema| {
+            let name = name.clone();
+            let node = node.clone();
+            Box::pin(async move {
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).await?;
+                tx.execute(
+                    &format!(
+                        "UPDATE {schema}.global_slots SET held = greatest(held - $3, 0) \
+                         WHERE queue = $1 AND node = $2"
+                    ),
+                    &[&name, &node, &to_db(count)],
+                )
+                .await?;
+                tx.execute(
+                    &format!(
+                        "DELETE FROM {schema}.global_slots WHERE queue = $1 AND node = $2 AND held = 0"
+                    ),
+                    &[&name, &node],
+                )
+                .await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn purge_dead(&self, partition: &Partition, id: Option<&TaskId>) -> StorageResult<u64> {
+        let id = id.cloned();
+        self.in_partition("purge_dead", partition, move |part| {
+            let id = id.clone();
+            Box::pin(async move { part.purge_dead(id.as_ref()).await })
+        })
+        .await
+    }
+
+    async fn delete_queue(&self, queue: &QueueName, _partitions: u32) -> StorageResult<u64> {
+        let name = queue.as_str().to_owned();
+        self.in_transaction("delete_queue", move |tx, schema| {
+            let name = name.clone();
+            Box::pin(async move {
+                tx.execute(
+                    &format!("SELECT 1 FROM {schema}.partitions WHERE queue = $1 FOR UPDATE"),
+                    &[&name],
+                )
+                .await?;
+                let row = tx
+                    .query_one(
+                        &format!(
+                            "SELECT (SELECT count(*) FROM {schema}.tasks WHERE queue = $1) \
+                             + (SELECT count(*) FROM {schema}.superseded WHERE queue = $1)"
+                        ),
+                        &[&name],
+                    )
+                    .await?;
+                let removed = from_db(row.get(0));
+                for table in [
+                    "tasks",
+                    "superseded",
+                    "done",
+                    "ticks",
+                    "partitions",
+                    "paused",
+                    "rate_windows",
+                    "global_slots",
+                    "queues",
+                ] {
+                    tx.execute(
+                        &format!("DELETE FROM {schema}.{table} WHERE queue = $1"),
+                        &[&name],
+                    )
+                    .await?;
+                }
+                Ok(removed)
+            })
+        })
+        .await
+    }
+}
