@@ -202,12 +202,15 @@ fn install_python_tools(venv: &Path, verbose: bool) -> Result<(), String> {
     std::fs::write(&stamp, wanted).map_err(|error| format!("write {}: {error}", stamp.display()))
 }
 
-/// Runs `cargo test --workspace --locked ARGS...` with the tools' variables, telling how long it
+/// Runs `cargo test --workspace --locked --no-fail-fast ARGS...` with the tools' variables, telling how long it
 /// took.
 pub fn run_tests(env: &TestEnv, args: &[String]) -> Result<ExitCode, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
-    command.args(["test", "--workspace", "--locked"]).args(args);
+    // --no-fail-fast: one failing test binary does not hide the others' results.
+    command
+        .args(["test", "--workspace", "--locked", "--no-fail-fast"])
+        .args(args);
     for (name, value) in env.variables() {
         command.env(name, value);
     }
