@@ -145,14 +145,20 @@ fn task_properties() -> serde_json::Map<String, Value> {
     }
 }
 
-/// Exactly one of the four forms of a due time.
+/// Exactly one of the four forms of a due time, said as one `not`: not (none of them, or
+/// any two). A `oneOf` of `required` lists says the same, but client generators read a
+/// top-level `oneOf` as a union of types and lose the object's properties; they leave `not`
+/// to validators.
 fn one_due_form() -> Value {
-    json!([
-        {"required": ["delay_ms"]},
-        {"required": ["due_ms"]},
-        {"required": ["in"]},
-        {"required": ["at"]},
-    ])
+    let forms = ["delay_ms", "due_ms", "in", "at"];
+    let mut refused =
+        vec![json!({"not": {"anyOf": forms.map(|form| json!({"required": [form]}))}})];
+    for (i, first) in forms.iter().enumerate() {
+        for second in &forms[i + 1..] {
+            refused.push(json!({"required": [first, second]}));
+        }
+    }
+    json!({"anyOf": refused})
 }
 
 /// The body of `PUT /v1/queues/{queue}/tasks/{id}`.
@@ -162,7 +168,7 @@ pub fn task_body() -> Value {
         "description": "Exactly one of delay_ms, due_ms, in and at; an optional payload and mode. A field is given with its value or left out (null is refused). An \"id\" equal to the path's is tolerated.",
         "properties": task_properties(),
         "additionalProperties": false,
-        "oneOf": one_due_form(),
+        "not": one_due_form(),
         "example": {"in": "30s", "payload": "{\"order\":42}"},
     })
 }
@@ -177,7 +183,7 @@ pub fn bulk_task() -> Value {
         "properties": properties,
         "required": ["id"],
         "additionalProperties": false,
-        "oneOf": one_due_form(),
+        "not": one_due_form(),
         "example": {"id": "order-42", "delay_ms": 30000},
     })
 }
@@ -251,10 +257,13 @@ pub fn recurring_body() -> Value {
         },
         "required": ["queue"],
         "additionalProperties": false,
-        "oneOf": [
-            {"required": ["cron"], "not": {"required": ["every"]}},
-            {"required": ["every"], "not": {"anyOf": [{"required": ["cron"]}, {"required": ["tz"]}]}},
-        ],
+        // Exactly one of cron and every, and no tz with every (as one `not`: see
+        // one_due_form).
+        "not": {"anyOf": [
+            {"not": {"anyOf": [{"required": ["cron"]}, {"required": ["every"]}]}},
+            {"required": ["cron", "every"]},
+            {"required": ["every", "tz"]},
+        ]},
         "example": {"queue": "reports", "cron": "0 9 * * 1", "tz": "Europe/Berlin"},
     })
 }
