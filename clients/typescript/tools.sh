@@ -9,7 +9,7 @@ npm_dir="${CARGO_TARGET_DIR:-$root/target}/tools/npm"
 if ! cmp -s "$here/package-lock.json" "$npm_dir/.installed-lock.json" \
   || [[ ! -x "$npm_dir/node_modules/.bin/openapi-ts" || ! -x "$npm_dir/node_modules/.bin/tsc" ]]; then
   if ! command -v npm >/dev/null; then
-    echo "npm not found: install node (20.19 or later) and npm" >&2
+    echo "npm not found: run \`cargo xtask setup\` (it installs node and npm)" >&2
     exit 1
   fi
   mkdir -p "$npm_dir"
