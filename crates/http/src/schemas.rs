@@ -279,6 +279,113 @@ pub fn time_zone() -> Value {
     })
 }
 
+/// An object of the answers: `properties`, all of them required (an answer may carry more
+/// fields in a later release, so extra ones are allowed).
+fn answer(description: &str, properties: Value) -> Value {
+    let required: Vec<String> = properties
+        .as_object()
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default();
+    json!({
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "required": required,
+    })
+}
+
+/// The answers' schemas: the objects the CLI's `--json` prints, by name.
+fn answers() -> Vec<(&'static str, Value)> {
+    let count = json!({"type": "integer", "minimum": 0});
+    let ms = json!({"type": "integer", "minimum": 0});
+    let ms_or_null = json!({"type": ["integer", "null"], "minimum": 0});
+    let text = json!({"type": "string"});
+    let flag = json!({"type": "boolean"});
+    vec![
+        ("Scheduled", answer(
+            "What a schedule did, as `delayq schedule --json` prints it",
+            json!({
+                "queue": text, "id": text, "due_ms": ms,
+                "replaced": {"type": "boolean", "description": "A live task with this id was replaced"},
+                "duplicate": {"type": "boolean", "description": "The same id and due already fired within executed_retention: nothing was scheduled"},
+                "kept": {"type": "boolean", "description": "The mode kept the live task that was there; due_ms is its due"},
+            }),
+        )),
+        ("Task", {
+            let mut task = answer(
+                "A task as `delayq get --json` prints it: payload when it is UTF-8, else payload_base64",
+                json!({
+                    "queue": text, "id": text,
+                    "state": {"type": "string", "enum": ["pending", "inflight", "dead", "done"]},
+                    "due_ms": ms, "attempt": count, "generation": count,
+                    "last_error": {"type": ["string", "null"]},
+                    "state_since_ms": ms_or_null,
+                }),
+            );
+            task["properties"]["payload"] = json!({"type": "string", "description": "The payload, when it is UTF-8"});
+            task["properties"]["payload_base64"] = json!({"type": "string", "description": "The payload in standard base64, when it is not UTF-8"});
+            task
+        }),
+        ("Cancelled", {
+            let mut cancelled = answer(
+                "What a cancel did: cancelled, plus state \"inflight\" when the handler was running (it cannot be un-run; no retry follows)",
+                json!({"cancelled": flag}),
+            );
+            cancelled["properties"]["state"] = json!({"type": "string", "enum": ["inflight"]});
+            cancelled
+        }),
+        ("BulkScheduled", answer(
+            "What a bulk schedule did, as `delayq schedule --from` prints it, plus the items the store refused",
+            json!({
+                "scheduled": count, "replaced": count, "duplicates": count, "kept": count,
+                "failed": count,
+                "errors": {
+                    "type": "array",
+                    "description": "The first 100 failed items",
+                    "items": answer("A failed item", json!({"index": count, "error": text})),
+                },
+                "errors_truncated": flag,
+            }),
+        )),
+        ("QueuePaused", answer("The queue and whether it is paused now", json!({"queue": text, "paused": flag}))),
+        ("QueueDeleted", answer(
+            "A deleted queue and how many pending, in-flight and dead tasks went with it",
+            json!({"queue": text, "deleted": {"type": "boolean", "const": true}, "tasks": count}),
+        )),
+        ("Retried", answer("How many dead letters are due again", json!({"retried": count}))),
+        ("Purged", answer("How many dead letters were deleted", json!({"purged": count}))),
+        ("RecurringSet", answer(
+            "What a recurring upsert did",
+            json!({
+                "name": text, "queue": text, "next_ms": ms_or_null,
+                "result": {"type": "string", "enum": ["created", "updated", "unchanged"]},
+            }),
+        )),
+        ("RecurringDeleted", answer(
+            "A deleted recurring schedule",
+            json!({"name": text, "deleted": {"type": "boolean", "const": true}}),
+        )),
+    ]
+}
+
+/// The schema of each operation's 200 answer that has one of [`answers`], by operation id.
+pub fn answer_of(operation_id: &str) -> Option<Value> {
+    let name = match operation_id {
+        "schedule_task" => "Scheduled",
+        "get_task" => "Task",
+        "cancel_task" => "Cancelled",
+        "schedule_tasks" => "BulkScheduled",
+        "pause_queue" | "resume_queue" => "QueuePaused",
+        "delete_queue" => "QueueDeleted",
+        "retry_dead_letter" | "retry_all_dead_letters" => "Retried",
+        "purge_dead_letter" | "purge_all_dead_letters" => "Purged",
+        "set_recurring" => "RecurringSet",
+        "delete_recurring" => "RecurringDeleted",
+        _ => return None,
+    };
+    Some(json!({"$ref": format!("#/components/schemas/{name}")}))
+}
+
 /// The schema of the path parameter called `name` in a route of `path`, if it is one of ours.
 pub fn path_parameter(path: &str, name: &str) -> Option<Value> {
     match name {
@@ -297,6 +404,9 @@ pub fn components() -> Vec<(&'static str, Value)> {
         ("RecurringBody", recurring_body()),
         ("TimeZone", time_zone()),
     ]
+    .into_iter()
+    .chain(answers())
+    .collect()
 }
 
 #[cfg(test)]

@@ -5,6 +5,25 @@ export type ClientOptions = {
 };
 
 /**
+ * What a bulk schedule did, as `delayq schedule --from` prints it, plus the items the store refused
+ */
+export type BulkScheduled = {
+    duplicates: number;
+    /**
+     * The first 100 failed items
+     */
+    errors: Array<{
+        error: string;
+        index: number;
+    }>;
+    errors_truncated: boolean;
+    failed: number;
+    kept: number;
+    replaced: number;
+    scheduled: number;
+};
+
+/**
  * A task with its id, exactly one of delay_ms, due_ms, in and at, an optional payload and mode
  */
 export type BulkTask = {
@@ -39,6 +58,14 @@ export type BulkTask = {
 };
 
 /**
+ * What a cancel did: cancelled, plus state "inflight" when the handler was running (it cannot be un-run; no retry follows)
+ */
+export type Cancelled = {
+    cancelled: boolean;
+    state?: 'inflight';
+};
+
+/**
  * The error object every failed request answers with.
  */
 export type ErrorBody = {
@@ -46,6 +73,30 @@ export type ErrorBody = {
      * What went wrong, one line, naming the value at fault.
      */
     error: string;
+};
+
+/**
+ * How many dead letters were deleted
+ */
+export type Purged = {
+    purged: number;
+};
+
+/**
+ * A deleted queue and how many pending, in-flight and dead tasks went with it
+ */
+export type QueueDeleted = {
+    deleted: true;
+    queue: string;
+    tasks: number;
+};
+
+/**
+ * The queue and whether it is paused now
+ */
+export type QueuePaused = {
+    paused: boolean;
+    queue: string;
 };
 
 /**
@@ -93,6 +144,74 @@ export type RecurringBody = {
      */
     start_at?: number | string;
     tz?: TimeZone;
+};
+
+/**
+ * A deleted recurring schedule
+ */
+export type RecurringDeleted = {
+    deleted: true;
+    name: string;
+};
+
+/**
+ * What a recurring upsert did
+ */
+export type RecurringSet = {
+    name: string;
+    next_ms: number | null;
+    queue: string;
+    result: 'created' | 'updated' | 'unchanged';
+};
+
+/**
+ * How many dead letters are due again
+ */
+export type Retried = {
+    retried: number;
+};
+
+/**
+ * What a schedule did, as `delayq schedule --json` prints it
+ */
+export type Scheduled = {
+    due_ms: number;
+    /**
+     * The same id and due already fired within executed_retention: nothing was scheduled
+     */
+    duplicate: boolean;
+    id: string;
+    /**
+     * The mode kept the live task that was there; due_ms is its due
+     */
+    kept: boolean;
+    queue: string;
+    /**
+     * A live task with this id was replaced
+     */
+    replaced: boolean;
+};
+
+/**
+ * A task as `delayq get --json` prints it: payload when it is UTF-8, else payload_base64
+ */
+export type Task = {
+    attempt: number;
+    due_ms: number;
+    generation: number;
+    id: string;
+    last_error: string | null;
+    /**
+     * The payload, when it is UTF-8
+     */
+    payload?: string;
+    /**
+     * The payload in standard base64, when it is not UTF-8
+     */
+    payload_base64?: string;
+    queue: string;
+    state: 'pending' | 'inflight' | 'dead' | 'done';
+    state_since_ms: number | null;
 };
 
 /**
@@ -464,9 +583,7 @@ export type DeleteQueueResponses = {
     /**
      * {"queue","deleted":true,"tasks":N}: every key of the queue removed on every master
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: QueueDeleted;
 };
 
 export type DeleteQueueResponse = DeleteQueueResponses[keyof DeleteQueueResponses];
@@ -512,9 +629,7 @@ export type PurgeAllDeadLettersResponses = {
     /**
      * {"purged":N}
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: Purged;
 };
 
 export type PurgeAllDeadLettersResponse = PurgeAllDeadLettersResponses[keyof PurgeAllDeadLettersResponses];
@@ -609,9 +724,7 @@ export type RetryAllDeadLettersResponses = {
     /**
      * {"retried":N}
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: Retried;
 };
 
 export type RetryAllDeadLettersResponse = RetryAllDeadLettersResponses[keyof RetryAllDeadLettersResponses];
@@ -665,9 +778,7 @@ export type PurgeDeadLetterResponses = {
     /**
      * {"purged":1}
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: Purged;
 };
 
 export type PurgeDeadLetterResponse = PurgeDeadLetterResponses[keyof PurgeDeadLetterResponses];
@@ -721,9 +832,7 @@ export type RetryDeadLetterResponses = {
     /**
      * {"retried":1}
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: Retried;
 };
 
 export type RetryDeadLetterResponse = RetryDeadLetterResponses[keyof RetryDeadLetterResponses];
@@ -773,9 +882,7 @@ export type PauseQueueResponses = {
     /**
      * {"queue","paused":true}: within 100 ms no node claims a task of the queue
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: QueuePaused;
 };
 
 export type PauseQueueResponse = PauseQueueResponses[keyof PauseQueueResponses];
@@ -874,9 +981,7 @@ export type ResumeQueueResponses = {
     /**
      * {"queue","paused":false}
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: QueuePaused;
 };
 
 export type ResumeQueueResponse = ResumeQueueResponses[keyof ResumeQueueResponses];
@@ -929,9 +1034,7 @@ export type ScheduleTasksResponses = {
     /**
      * {"scheduled","replaced","duplicates","kept","failed","errors":[{"index","error"}],"errors_truncated"}: an item the store refuses fails alone; errors lists the first 100 failed items, failed counts them all
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: BulkScheduled;
 };
 
 export type ScheduleTasksResponse = ScheduleTasksResponses[keyof ScheduleTasksResponses];
@@ -981,9 +1084,7 @@ export type CancelTaskResponses = {
     /**
      * {"cancelled":true|false}, plus "state":"inflight" when its handler was running
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: Cancelled;
 };
 
 export type CancelTaskResponse = CancelTaskResponses[keyof CancelTaskResponses];
@@ -1033,9 +1134,7 @@ export type GetTaskResponses = {
     /**
      * The task as `delayq get --json`: queue, id, state, due_ms, attempt, generation, payload (or payload_base64), last_error, state_since_ms
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: Task;
 };
 
 export type GetTaskResponse = GetTaskResponses[keyof GetTaskResponses];
@@ -1092,9 +1191,7 @@ export type ScheduleTaskResponses = {
     /**
      * Scheduled: {"queue","id","due_ms","replaced","duplicate","kept"} as `delayq schedule --json`
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: Scheduled;
 };
 
 export type ScheduleTaskResponse = ScheduleTaskResponses[keyof ScheduleTaskResponses];
@@ -1179,9 +1276,7 @@ export type DeleteRecurringResponses = {
     /**
      * {"name","deleted":true}
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: RecurringDeleted;
 };
 
 export type DeleteRecurringResponse = DeleteRecurringResponses[keyof DeleteRecurringResponses];
@@ -1282,9 +1377,7 @@ export type SetRecurringResponses = {
     /**
      * {"name","queue","next_ms","result":"created|updated|unchanged"}
      */
-    200: {
-        [key: string]: unknown;
-    };
+    200: RecurringSet;
 };
 
 export type SetRecurringResponse = SetRecurringResponses[keyof SetRecurringResponses];

@@ -7,7 +7,7 @@ import httpx
 from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.error_body import ErrorBody
-from ...models.purge_dead_letter_response_200 import PurgeDeadLetterResponse200
+from ...models.purged import Purged
 from ...types import Response
 
 
@@ -27,11 +27,9 @@ def _get_kwargs(
     return _kwargs
 
 
-def _parse_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> ErrorBody | PurgeDeadLetterResponse200 | None:
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> ErrorBody | Purged | None:
     if response.status_code == 200:
-        response_200 = PurgeDeadLetterResponse200.from_dict(response.json())
+        response_200 = Purged.from_dict(response.json())
 
         return response_200
 
@@ -71,9 +69,7 @@ def _parse_response(
         return None
 
 
-def _build_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[ErrorBody | PurgeDeadLetterResponse200]:
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[ErrorBody | Purged]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -87,7 +83,7 @@ def sync_detailed(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | PurgeDeadLetterResponse200]:
+) -> Response[ErrorBody | Purged]:
     """Deletes one dead letter; 404 when it is not dead.
 
     Args:
@@ -100,7 +96,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | PurgeDeadLetterResponse200]
+        Response[ErrorBody | Purged]
     """
 
     kwargs = _get_kwargs(
@@ -120,7 +116,7 @@ def sync(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | PurgeDeadLetterResponse200 | None:
+) -> ErrorBody | Purged | None:
     """Deletes one dead letter; 404 when it is not dead.
 
     Args:
@@ -133,7 +129,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | PurgeDeadLetterResponse200
+        ErrorBody | Purged
     """
 
     return sync_detailed(
@@ -148,7 +144,7 @@ async def asyncio_detailed(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | PurgeDeadLetterResponse200]:
+) -> Response[ErrorBody | Purged]:
     """Deletes one dead letter; 404 when it is not dead.
 
     Args:
@@ -161,7 +157,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | PurgeDeadLetterResponse200]
+        Response[ErrorBody | Purged]
     """
 
     kwargs = _get_kwargs(
@@ -179,7 +175,7 @@ async def asyncio(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | PurgeDeadLetterResponse200 | None:
+) -> ErrorBody | Purged | None:
     """Deletes one dead letter; 404 when it is not dead.
 
     Args:
@@ -192,7 +188,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | PurgeDeadLetterResponse200
+        ErrorBody | Purged
     """
 
     return (

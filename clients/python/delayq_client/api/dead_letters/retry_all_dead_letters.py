@@ -7,7 +7,7 @@ import httpx
 from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.error_body import ErrorBody
-from ...models.retry_all_dead_letters_response_200 import RetryAllDeadLettersResponse200
+from ...models.retried import Retried
 from ...types import Response
 
 
@@ -25,11 +25,9 @@ def _get_kwargs(
     return _kwargs
 
 
-def _parse_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> ErrorBody | RetryAllDeadLettersResponse200 | None:
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> ErrorBody | Retried | None:
     if response.status_code == 200:
-        response_200 = RetryAllDeadLettersResponse200.from_dict(response.json())
+        response_200 = Retried.from_dict(response.json())
 
         return response_200
 
@@ -64,9 +62,7 @@ def _parse_response(
         return None
 
 
-def _build_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[ErrorBody | RetryAllDeadLettersResponse200]:
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[ErrorBody | Retried]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -79,7 +75,7 @@ def sync_detailed(
     queue: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | RetryAllDeadLettersResponse200]:
+) -> Response[ErrorBody | Retried]:
     """Retries every dead letter of the queue.
 
     Args:
@@ -90,7 +86,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | RetryAllDeadLettersResponse200]
+        Response[ErrorBody | Retried]
     """
 
     kwargs = _get_kwargs(
@@ -108,7 +104,7 @@ def sync(
     queue: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | RetryAllDeadLettersResponse200 | None:
+) -> ErrorBody | Retried | None:
     """Retries every dead letter of the queue.
 
     Args:
@@ -119,7 +115,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | RetryAllDeadLettersResponse200
+        ErrorBody | Retried
     """
 
     return sync_detailed(
@@ -132,7 +128,7 @@ async def asyncio_detailed(
     queue: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | RetryAllDeadLettersResponse200]:
+) -> Response[ErrorBody | Retried]:
     """Retries every dead letter of the queue.
 
     Args:
@@ -143,7 +139,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | RetryAllDeadLettersResponse200]
+        Response[ErrorBody | Retried]
     """
 
     kwargs = _get_kwargs(
@@ -159,7 +155,7 @@ async def asyncio(
     queue: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | RetryAllDeadLettersResponse200 | None:
+) -> ErrorBody | Retried | None:
     """Retries every dead letter of the queue.
 
     Args:
@@ -170,7 +166,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | RetryAllDeadLettersResponse200
+        ErrorBody | Retried
     """
 
     return (

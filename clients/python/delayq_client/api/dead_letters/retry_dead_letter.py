@@ -7,7 +7,7 @@ import httpx
 from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.error_body import ErrorBody
-from ...models.retry_dead_letter_response_200 import RetryDeadLetterResponse200
+from ...models.retried import Retried
 from ...types import Response
 
 
@@ -27,11 +27,9 @@ def _get_kwargs(
     return _kwargs
 
 
-def _parse_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> ErrorBody | RetryDeadLetterResponse200 | None:
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> ErrorBody | Retried | None:
     if response.status_code == 200:
-        response_200 = RetryDeadLetterResponse200.from_dict(response.json())
+        response_200 = Retried.from_dict(response.json())
 
         return response_200
 
@@ -71,9 +69,7 @@ def _parse_response(
         return None
 
 
-def _build_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[ErrorBody | RetryDeadLetterResponse200]:
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[ErrorBody | Retried]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -87,7 +83,7 @@ def sync_detailed(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | RetryDeadLetterResponse200]:
+) -> Response[ErrorBody | Retried]:
     """Retries one dead letter (due now, attempt 1); 404 when it is not dead.
 
     Args:
@@ -100,7 +96,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | RetryDeadLetterResponse200]
+        Response[ErrorBody | Retried]
     """
 
     kwargs = _get_kwargs(
@@ -120,7 +116,7 @@ def sync(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | RetryDeadLetterResponse200 | None:
+) -> ErrorBody | Retried | None:
     """Retries one dead letter (due now, attempt 1); 404 when it is not dead.
 
     Args:
@@ -133,7 +129,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | RetryDeadLetterResponse200
+        ErrorBody | Retried
     """
 
     return sync_detailed(
@@ -148,7 +144,7 @@ async def asyncio_detailed(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | RetryDeadLetterResponse200]:
+) -> Response[ErrorBody | Retried]:
     """Retries one dead letter (due now, attempt 1); 404 when it is not dead.
 
     Args:
@@ -161,7 +157,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | RetryDeadLetterResponse200]
+        Response[ErrorBody | Retried]
     """
 
     kwargs = _get_kwargs(
@@ -179,7 +175,7 @@ async def asyncio(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | RetryDeadLetterResponse200 | None:
+) -> ErrorBody | Retried | None:
     """Retries one dead letter (due now, attempt 1); 404 when it is not dead.
 
     Args:
@@ -192,7 +188,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | RetryDeadLetterResponse200
+        ErrorBody | Retried
     """
 
     return (

@@ -6,8 +6,8 @@ import httpx
 
 from ... import errors
 from ...client import AuthenticatedClient, Client
-from ...models.delete_queue_response_200 import DeleteQueueResponse200
 from ...models.error_body import ErrorBody
+from ...models.queue_deleted import QueueDeleted
 from ...types import UNSET, Response, Unset
 
 
@@ -36,9 +36,9 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> DeleteQueueResponse200 | ErrorBody | None:
+) -> ErrorBody | QueueDeleted | None:
     if response.status_code == 200:
-        response_200 = DeleteQueueResponse200.from_dict(response.json())
+        response_200 = QueueDeleted.from_dict(response.json())
 
         return response_200
 
@@ -85,7 +85,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[DeleteQueueResponse200 | ErrorBody]:
+) -> Response[ErrorBody | QueueDeleted]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -99,7 +99,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient,
     force: bool | Unset = UNSET,
-) -> Response[DeleteQueueResponse200 | ErrorBody]:
+) -> Response[ErrorBody | QueueDeleted]:
     """Deletes the queue and all its keys; `{"queue","deleted":true,"tasks":N}`. Without
     `?force=true`, a queue holding pending, in-flight or dead tasks is refused with 409 and
     `{"error","queue","pending","inflight","dead"}`; 404 for an unknown queue.
@@ -113,7 +113,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[DeleteQueueResponse200 | ErrorBody]
+        Response[ErrorBody | QueueDeleted]
     """
 
     kwargs = _get_kwargs(
@@ -133,7 +133,7 @@ def sync(
     *,
     client: AuthenticatedClient,
     force: bool | Unset = UNSET,
-) -> DeleteQueueResponse200 | ErrorBody | None:
+) -> ErrorBody | QueueDeleted | None:
     """Deletes the queue and all its keys; `{"queue","deleted":true,"tasks":N}`. Without
     `?force=true`, a queue holding pending, in-flight or dead tasks is refused with 409 and
     `{"error","queue","pending","inflight","dead"}`; 404 for an unknown queue.
@@ -147,7 +147,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        DeleteQueueResponse200 | ErrorBody
+        ErrorBody | QueueDeleted
     """
 
     return sync_detailed(
@@ -162,7 +162,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient,
     force: bool | Unset = UNSET,
-) -> Response[DeleteQueueResponse200 | ErrorBody]:
+) -> Response[ErrorBody | QueueDeleted]:
     """Deletes the queue and all its keys; `{"queue","deleted":true,"tasks":N}`. Without
     `?force=true`, a queue holding pending, in-flight or dead tasks is refused with 409 and
     `{"error","queue","pending","inflight","dead"}`; 404 for an unknown queue.
@@ -176,7 +176,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[DeleteQueueResponse200 | ErrorBody]
+        Response[ErrorBody | QueueDeleted]
     """
 
     kwargs = _get_kwargs(
@@ -194,7 +194,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient,
     force: bool | Unset = UNSET,
-) -> DeleteQueueResponse200 | ErrorBody | None:
+) -> ErrorBody | QueueDeleted | None:
     """Deletes the queue and all its keys; `{"queue","deleted":true,"tasks":N}`. Without
     `?force=true`, a queue holding pending, in-flight or dead tasks is refused with 409 and
     `{"error","queue","pending","inflight","dead"}`; 404 for an unknown queue.
@@ -208,7 +208,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        DeleteQueueResponse200 | ErrorBody
+        ErrorBody | QueueDeleted
     """
 
     return (

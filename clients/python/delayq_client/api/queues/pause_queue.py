@@ -7,7 +7,7 @@ import httpx
 from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.error_body import ErrorBody
-from ...models.pause_queue_response_200 import PauseQueueResponse200
+from ...models.queue_paused import QueuePaused
 from ...types import Response
 
 
@@ -27,9 +27,9 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> ErrorBody | PauseQueueResponse200 | None:
+) -> ErrorBody | QueuePaused | None:
     if response.status_code == 200:
-        response_200 = PauseQueueResponse200.from_dict(response.json())
+        response_200 = QueuePaused.from_dict(response.json())
 
         return response_200
 
@@ -71,7 +71,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[ErrorBody | PauseQueueResponse200]:
+) -> Response[ErrorBody | QueuePaused]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -84,7 +84,7 @@ def sync_detailed(
     queue: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | PauseQueueResponse200]:
+) -> Response[ErrorBody | QueuePaused]:
     """Pauses the queue cluster-wide; `{"queue","paused":true}`; 404 for an unknown queue.
 
     Args:
@@ -95,7 +95,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | PauseQueueResponse200]
+        Response[ErrorBody | QueuePaused]
     """
 
     kwargs = _get_kwargs(
@@ -113,7 +113,7 @@ def sync(
     queue: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | PauseQueueResponse200 | None:
+) -> ErrorBody | QueuePaused | None:
     """Pauses the queue cluster-wide; `{"queue","paused":true}`; 404 for an unknown queue.
 
     Args:
@@ -124,7 +124,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | PauseQueueResponse200
+        ErrorBody | QueuePaused
     """
 
     return sync_detailed(
@@ -137,7 +137,7 @@ async def asyncio_detailed(
     queue: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | PauseQueueResponse200]:
+) -> Response[ErrorBody | QueuePaused]:
     """Pauses the queue cluster-wide; `{"queue","paused":true}`; 404 for an unknown queue.
 
     Args:
@@ -148,7 +148,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | PauseQueueResponse200]
+        Response[ErrorBody | QueuePaused]
     """
 
     kwargs = _get_kwargs(
@@ -164,7 +164,7 @@ async def asyncio(
     queue: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | PauseQueueResponse200 | None:
+) -> ErrorBody | QueuePaused | None:
     """Pauses the queue cluster-wide; `{"queue","paused":true}`; 404 for an unknown queue.
 
     Args:
@@ -175,7 +175,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | PauseQueueResponse200
+        ErrorBody | QueuePaused
     """
 
     return (

@@ -6,8 +6,8 @@ import httpx
 
 from ... import errors
 from ...client import AuthenticatedClient, Client
-from ...models.delete_recurring_response_200 import DeleteRecurringResponse200
 from ...models.error_body import ErrorBody
+from ...models.recurring_deleted import RecurringDeleted
 from ...types import Response
 
 
@@ -27,9 +27,9 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> DeleteRecurringResponse200 | ErrorBody | None:
+) -> ErrorBody | RecurringDeleted | None:
     if response.status_code == 200:
-        response_200 = DeleteRecurringResponse200.from_dict(response.json())
+        response_200 = RecurringDeleted.from_dict(response.json())
 
         return response_200
 
@@ -71,7 +71,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[DeleteRecurringResponse200 | ErrorBody]:
+) -> Response[ErrorBody | RecurringDeleted]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -84,7 +84,7 @@ def sync_detailed(
     name: str,
     *,
     client: AuthenticatedClient,
-) -> Response[DeleteRecurringResponse200 | ErrorBody]:
+) -> Response[ErrorBody | RecurringDeleted]:
     """Deletes the schedule and cancels its pending tick: `{"name","deleted":true}`, or 404.
 
     Args:
@@ -96,7 +96,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[DeleteRecurringResponse200 | ErrorBody]
+        Response[ErrorBody | RecurringDeleted]
     """
 
     kwargs = _get_kwargs(
@@ -114,7 +114,7 @@ def sync(
     name: str,
     *,
     client: AuthenticatedClient,
-) -> DeleteRecurringResponse200 | ErrorBody | None:
+) -> ErrorBody | RecurringDeleted | None:
     """Deletes the schedule and cancels its pending tick: `{"name","deleted":true}`, or 404.
 
     Args:
@@ -126,7 +126,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        DeleteRecurringResponse200 | ErrorBody
+        ErrorBody | RecurringDeleted
     """
 
     return sync_detailed(
@@ -139,7 +139,7 @@ async def asyncio_detailed(
     name: str,
     *,
     client: AuthenticatedClient,
-) -> Response[DeleteRecurringResponse200 | ErrorBody]:
+) -> Response[ErrorBody | RecurringDeleted]:
     """Deletes the schedule and cancels its pending tick: `{"name","deleted":true}`, or 404.
 
     Args:
@@ -151,7 +151,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[DeleteRecurringResponse200 | ErrorBody]
+        Response[ErrorBody | RecurringDeleted]
     """
 
     kwargs = _get_kwargs(
@@ -167,7 +167,7 @@ async def asyncio(
     name: str,
     *,
     client: AuthenticatedClient,
-) -> DeleteRecurringResponse200 | ErrorBody | None:
+) -> ErrorBody | RecurringDeleted | None:
     """Deletes the schedule and cancels its pending tick: `{"name","deleted":true}`, or 404.
 
     Args:
@@ -179,7 +179,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        DeleteRecurringResponse200 | ErrorBody
+        ErrorBody | RecurringDeleted
     """
 
     return (

@@ -8,7 +8,7 @@ from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.error_body import ErrorBody
 from ...models.recurring_body import RecurringBody
-from ...models.set_recurring_response_200 import SetRecurringResponse200
+from ...models.recurring_set import RecurringSet
 from ...types import Response
 
 
@@ -36,9 +36,9 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> ErrorBody | SetRecurringResponse200 | None:
+) -> ErrorBody | RecurringSet | None:
     if response.status_code == 200:
-        response_200 = SetRecurringResponse200.from_dict(response.json())
+        response_200 = RecurringSet.from_dict(response.json())
 
         return response_200
 
@@ -80,7 +80,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[ErrorBody | SetRecurringResponse200]:
+) -> Response[ErrorBody | RecurringSet]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -94,7 +94,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient,
     body: RecurringBody,
-) -> Response[ErrorBody | SetRecurringResponse200]:
+) -> Response[ErrorBody | RecurringSet]:
     """Creates or updates the schedule; answers as `delayq recurring set`:
     `{"name","queue","next_ms","result":"created|updated|unchanged"}`.
 
@@ -111,7 +111,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | SetRecurringResponse200]
+        Response[ErrorBody | RecurringSet]
     """
 
     kwargs = _get_kwargs(
@@ -131,7 +131,7 @@ def sync(
     *,
     client: AuthenticatedClient,
     body: RecurringBody,
-) -> ErrorBody | SetRecurringResponse200 | None:
+) -> ErrorBody | RecurringSet | None:
     """Creates or updates the schedule; answers as `delayq recurring set`:
     `{"name","queue","next_ms","result":"created|updated|unchanged"}`.
 
@@ -148,7 +148,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | SetRecurringResponse200
+        ErrorBody | RecurringSet
     """
 
     return sync_detailed(
@@ -163,7 +163,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient,
     body: RecurringBody,
-) -> Response[ErrorBody | SetRecurringResponse200]:
+) -> Response[ErrorBody | RecurringSet]:
     """Creates or updates the schedule; answers as `delayq recurring set`:
     `{"name","queue","next_ms","result":"created|updated|unchanged"}`.
 
@@ -180,7 +180,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | SetRecurringResponse200]
+        Response[ErrorBody | RecurringSet]
     """
 
     kwargs = _get_kwargs(
@@ -198,7 +198,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient,
     body: RecurringBody,
-) -> ErrorBody | SetRecurringResponse200 | None:
+) -> ErrorBody | RecurringSet | None:
     """Creates or updates the schedule; answers as `delayq recurring set`:
     `{"name","queue","next_ms","result":"created|updated|unchanged"}`.
 
@@ -215,7 +215,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | SetRecurringResponse200
+        ErrorBody | RecurringSet
     """
 
     return (

@@ -6,7 +6,7 @@ import httpx
 
 from ... import errors
 from ...client import AuthenticatedClient, Client
-from ...models.cancel_task_response_200 import CancelTaskResponse200
+from ...models.cancelled import Cancelled
 from ...models.error_body import ErrorBody
 from ...types import Response
 
@@ -27,11 +27,9 @@ def _get_kwargs(
     return _kwargs
 
 
-def _parse_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> CancelTaskResponse200 | ErrorBody | None:
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Cancelled | ErrorBody | None:
     if response.status_code == 200:
-        response_200 = CancelTaskResponse200.from_dict(response.json())
+        response_200 = Cancelled.from_dict(response.json())
 
         return response_200
 
@@ -68,7 +66,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[CancelTaskResponse200 | ErrorBody]:
+) -> Response[Cancelled | ErrorBody]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -82,7 +80,7 @@ def sync_detailed(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> Response[CancelTaskResponse200 | ErrorBody]:
+) -> Response[Cancelled | ErrorBody]:
     """Cancels the task; answers as `delayq cancel`.
 
     Args:
@@ -95,7 +93,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[CancelTaskResponse200 | ErrorBody]
+        Response[Cancelled | ErrorBody]
     """
 
     kwargs = _get_kwargs(
@@ -115,7 +113,7 @@ def sync(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> CancelTaskResponse200 | ErrorBody | None:
+) -> Cancelled | ErrorBody | None:
     """Cancels the task; answers as `delayq cancel`.
 
     Args:
@@ -128,7 +126,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        CancelTaskResponse200 | ErrorBody
+        Cancelled | ErrorBody
     """
 
     return sync_detailed(
@@ -143,7 +141,7 @@ async def asyncio_detailed(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> Response[CancelTaskResponse200 | ErrorBody]:
+) -> Response[Cancelled | ErrorBody]:
     """Cancels the task; answers as `delayq cancel`.
 
     Args:
@@ -156,7 +154,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[CancelTaskResponse200 | ErrorBody]
+        Response[Cancelled | ErrorBody]
     """
 
     kwargs = _get_kwargs(
@@ -174,7 +172,7 @@ async def asyncio(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> CancelTaskResponse200 | ErrorBody | None:
+) -> Cancelled | ErrorBody | None:
     """Cancels the task; answers as `delayq cancel`.
 
     Args:
@@ -187,7 +185,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        CancelTaskResponse200 | ErrorBody
+        Cancelled | ErrorBody
     """
 
     return (

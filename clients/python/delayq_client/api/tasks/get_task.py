@@ -7,7 +7,7 @@ import httpx
 from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.error_body import ErrorBody
-from ...models.get_task_response_200 import GetTaskResponse200
+from ...models.task import Task
 from ...types import Response
 
 
@@ -27,11 +27,9 @@ def _get_kwargs(
     return _kwargs
 
 
-def _parse_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> ErrorBody | GetTaskResponse200 | None:
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> ErrorBody | Task | None:
     if response.status_code == 200:
-        response_200 = GetTaskResponse200.from_dict(response.json())
+        response_200 = Task.from_dict(response.json())
 
         return response_200
 
@@ -66,9 +64,7 @@ def _parse_response(
         return None
 
 
-def _build_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[ErrorBody | GetTaskResponse200]:
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[ErrorBody | Task]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -82,7 +78,7 @@ def sync_detailed(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | GetTaskResponse200]:
+) -> Response[ErrorBody | Task]:
     """The task as `delayq get` prints it; 404 when unknown.
 
     Args:
@@ -95,7 +91,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | GetTaskResponse200]
+        Response[ErrorBody | Task]
     """
 
     kwargs = _get_kwargs(
@@ -115,7 +111,7 @@ def sync(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | GetTaskResponse200 | None:
+) -> ErrorBody | Task | None:
     """The task as `delayq get` prints it; 404 when unknown.
 
     Args:
@@ -128,7 +124,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | GetTaskResponse200
+        ErrorBody | Task
     """
 
     return sync_detailed(
@@ -143,7 +139,7 @@ async def asyncio_detailed(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> Response[ErrorBody | GetTaskResponse200]:
+) -> Response[ErrorBody | Task]:
     """The task as `delayq get` prints it; 404 when unknown.
 
     Args:
@@ -156,7 +152,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | GetTaskResponse200]
+        Response[ErrorBody | Task]
     """
 
     kwargs = _get_kwargs(
@@ -174,7 +170,7 @@ async def asyncio(
     id: str,
     *,
     client: AuthenticatedClient,
-) -> ErrorBody | GetTaskResponse200 | None:
+) -> ErrorBody | Task | None:
     """The task as `delayq get` prints it; 404 when unknown.
 
     Args:
@@ -187,7 +183,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | GetTaskResponse200
+        ErrorBody | Task
     """
 
     return (

@@ -7,7 +7,7 @@ import httpx
 from ... import errors
 from ...client import AuthenticatedClient, Client
 from ...models.error_body import ErrorBody
-from ...models.schedule_task_response_200 import ScheduleTaskResponse200
+from ...models.scheduled import Scheduled
 from ...models.task_body import TaskBody
 from ...types import Response
 
@@ -36,11 +36,9 @@ def _get_kwargs(
     return _kwargs
 
 
-def _parse_response(
-    *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> ErrorBody | ScheduleTaskResponse200 | None:
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> ErrorBody | Scheduled | None:
     if response.status_code == 200:
-        response_200 = ScheduleTaskResponse200.from_dict(response.json())
+        response_200 = Scheduled.from_dict(response.json())
 
         return response_200
 
@@ -82,7 +80,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[ErrorBody | ScheduleTaskResponse200]:
+) -> Response[ErrorBody | Scheduled]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -97,7 +95,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient,
     body: TaskBody,
-) -> Response[ErrorBody | ScheduleTaskResponse200]:
+) -> Response[ErrorBody | Scheduled]:
     """Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 
     Args:
@@ -113,7 +111,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | ScheduleTaskResponse200]
+        Response[ErrorBody | Scheduled]
     """
 
     kwargs = _get_kwargs(
@@ -135,7 +133,7 @@ def sync(
     *,
     client: AuthenticatedClient,
     body: TaskBody,
-) -> ErrorBody | ScheduleTaskResponse200 | None:
+) -> ErrorBody | Scheduled | None:
     """Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 
     Args:
@@ -151,7 +149,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | ScheduleTaskResponse200
+        ErrorBody | Scheduled
     """
 
     return sync_detailed(
@@ -168,7 +166,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient,
     body: TaskBody,
-) -> Response[ErrorBody | ScheduleTaskResponse200]:
+) -> Response[ErrorBody | Scheduled]:
     """Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 
     Args:
@@ -184,7 +182,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | ScheduleTaskResponse200]
+        Response[ErrorBody | Scheduled]
     """
 
     kwargs = _get_kwargs(
@@ -204,7 +202,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient,
     body: TaskBody,
-) -> ErrorBody | ScheduleTaskResponse200 | None:
+) -> ErrorBody | Scheduled | None:
     """Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 
     Args:
@@ -220,7 +218,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | ScheduleTaskResponse200
+        ErrorBody | Scheduled
     """
 
     return (

@@ -6,9 +6,9 @@ import httpx
 
 from ... import errors
 from ...client import AuthenticatedClient, Client
+from ...models.bulk_scheduled import BulkScheduled
 from ...models.bulk_task import BulkTask
 from ...models.error_body import ErrorBody
-from ...models.schedule_tasks_response_200 import ScheduleTasksResponse200
 from ...types import Response
 
 
@@ -39,9 +39,9 @@ def _get_kwargs(
 
 def _parse_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> ErrorBody | ScheduleTasksResponse200 | None:
+) -> BulkScheduled | ErrorBody | None:
     if response.status_code == 200:
-        response_200 = ScheduleTasksResponse200.from_dict(response.json())
+        response_200 = BulkScheduled.from_dict(response.json())
 
         return response_200
 
@@ -83,7 +83,7 @@ def _parse_response(
 
 def _build_response(
     *, client: AuthenticatedClient | Client, response: httpx.Response
-) -> Response[ErrorBody | ScheduleTasksResponse200]:
+) -> Response[BulkScheduled | ErrorBody]:
     return Response(
         status_code=HTTPStatus(response.status_code),
         content=response.content,
@@ -97,7 +97,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient,
     body: list[BulkTask],
-) -> Response[ErrorBody | ScheduleTasksResponse200]:
+) -> Response[BulkScheduled | ErrorBody]:
     """Schedules many tasks of one queue, each in its own `"mode"`:
     `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
     prints, plus `"errors":[{"index","error"}]`. A body with a malformed item (what the
@@ -114,7 +114,7 @@ def sync_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | ScheduleTasksResponse200]
+        Response[BulkScheduled | ErrorBody]
     """
 
     kwargs = _get_kwargs(
@@ -134,7 +134,7 @@ def sync(
     *,
     client: AuthenticatedClient,
     body: list[BulkTask],
-) -> ErrorBody | ScheduleTasksResponse200 | None:
+) -> BulkScheduled | ErrorBody | None:
     """Schedules many tasks of one queue, each in its own `"mode"`:
     `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
     prints, plus `"errors":[{"index","error"}]`. A body with a malformed item (what the
@@ -151,7 +151,7 @@ def sync(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | ScheduleTasksResponse200
+        BulkScheduled | ErrorBody
     """
 
     return sync_detailed(
@@ -166,7 +166,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient,
     body: list[BulkTask],
-) -> Response[ErrorBody | ScheduleTasksResponse200]:
+) -> Response[BulkScheduled | ErrorBody]:
     """Schedules many tasks of one queue, each in its own `"mode"`:
     `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
     prints, plus `"errors":[{"index","error"}]`. A body with a malformed item (what the
@@ -183,7 +183,7 @@ async def asyncio_detailed(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        Response[ErrorBody | ScheduleTasksResponse200]
+        Response[BulkScheduled | ErrorBody]
     """
 
     kwargs = _get_kwargs(
@@ -201,7 +201,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient,
     body: list[BulkTask],
-) -> ErrorBody | ScheduleTasksResponse200 | None:
+) -> BulkScheduled | ErrorBody | None:
     """Schedules many tasks of one queue, each in its own `"mode"`:
     `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
     prints, plus `"errors":[{"index","error"}]`. A body with a malformed item (what the
@@ -218,7 +218,7 @@ async def asyncio(
         httpx.TimeoutException: If the request takes longer than Client.timeout.
 
     Returns:
-        ErrorBody | ScheduleTasksResponse200
+        BulkScheduled | ErrorBody
     """
 
     return (

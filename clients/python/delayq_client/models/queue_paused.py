@@ -6,27 +6,52 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-T = TypeVar("T", bound="CancelTaskResponse200")
+T = TypeVar("T", bound="QueuePaused")
 
 
 @_attrs_define
-class CancelTaskResponse200:
+class QueuePaused:
+    """The queue and whether it is paused now
+
+    Attributes:
+        paused (bool):
+        queue (str):
+    """
+
+    paused: bool
+    queue: str
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        paused = self.paused
+
+        queue = self.queue
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "paused": paused,
+                "queue": queue,
+            }
+        )
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        cancel_task_response_200 = cls()
+        paused = d.pop("paused")
 
-        cancel_task_response_200.additional_properties = d
-        return cancel_task_response_200
+        queue = d.pop("queue")
+
+        queue_paused = cls(
+            paused=paused,
+            queue=queue,
+        )
+
+        queue_paused.additional_properties = d
+        return queue_paused
 
     @property
     def additional_keys(self) -> list[str]:

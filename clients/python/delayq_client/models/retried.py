@@ -6,27 +6,44 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-T = TypeVar("T", bound="PauseQueueResponse200")
+T = TypeVar("T", bound="Retried")
 
 
 @_attrs_define
-class PauseQueueResponse200:
+class Retried:
+    """How many dead letters are due again
+
+    Attributes:
+        retried (int):
+    """
+
+    retried: int
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        retried = self.retried
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "retried": retried,
+            }
+        )
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        pause_queue_response_200 = cls()
+        retried = d.pop("retried")
 
-        pause_queue_response_200.additional_properties = d
-        return pause_queue_response_200
+        retried = cls(
+            retried=retried,
+        )
+
+        retried.additional_properties = d
+        return retried
 
     @property
     def additional_keys(self) -> list[str]:

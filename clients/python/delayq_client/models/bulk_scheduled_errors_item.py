@@ -6,27 +6,52 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-T = TypeVar("T", bound="PurgeDeadLetterResponse200")
+T = TypeVar("T", bound="BulkScheduledErrorsItem")
 
 
 @_attrs_define
-class PurgeDeadLetterResponse200:
+class BulkScheduledErrorsItem:
+    """A failed item
+
+    Attributes:
+        error (str):
+        index (int):
+    """
+
+    error: str
+    index: int
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        error = self.error
+
+        index = self.index
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "error": error,
+                "index": index,
+            }
+        )
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        purge_dead_letter_response_200 = cls()
+        error = d.pop("error")
 
-        purge_dead_letter_response_200.additional_properties = d
-        return purge_dead_letter_response_200
+        index = d.pop("index")
+
+        bulk_scheduled_errors_item = cls(
+            error=error,
+            index=index,
+        )
+
+        bulk_scheduled_errors_item.additional_properties = d
+        return bulk_scheduled_errors_item
 
     @property
     def additional_keys(self) -> list[str]:

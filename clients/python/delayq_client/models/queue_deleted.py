@@ -6,27 +6,60 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-T = TypeVar("T", bound="ScheduleTaskResponse200")
+T = TypeVar("T", bound="QueueDeleted")
 
 
 @_attrs_define
-class ScheduleTaskResponse200:
+class QueueDeleted:
+    """A deleted queue and how many pending, in-flight and dead tasks went with it
+
+    Attributes:
+        deleted (bool):
+        queue (str):
+        tasks (int):
+    """
+
+    deleted: bool
+    queue: str
+    tasks: int
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        deleted = self.deleted
+
+        queue = self.queue
+
+        tasks = self.tasks
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "deleted": deleted,
+                "queue": queue,
+                "tasks": tasks,
+            }
+        )
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        schedule_task_response_200 = cls()
+        deleted = d.pop("deleted")
 
-        schedule_task_response_200.additional_properties = d
-        return schedule_task_response_200
+        queue = d.pop("queue")
+
+        tasks = d.pop("tasks")
+
+        queue_deleted = cls(
+            deleted=deleted,
+            queue=queue,
+            tasks=tasks,
+        )
+
+        queue_deleted.additional_properties = d
+        return queue_deleted
 
     @property
     def additional_keys(self) -> list[str]:

@@ -6,27 +6,44 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-T = TypeVar("T", bound="RetryDeadLetterResponse200")
+T = TypeVar("T", bound="Purged")
 
 
 @_attrs_define
-class RetryDeadLetterResponse200:
+class Purged:
+    """How many dead letters were deleted
+
+    Attributes:
+        purged (int):
+    """
+
+    purged: int
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        purged = self.purged
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "purged": purged,
+            }
+        )
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        retry_dead_letter_response_200 = cls()
+        purged = d.pop("purged")
 
-        retry_dead_letter_response_200.additional_properties = d
-        return retry_dead_letter_response_200
+        purged = cls(
+            purged=purged,
+        )
+
+        purged.additional_properties = d
+        return purged
 
     @property
     def additional_keys(self) -> list[str]:

@@ -6,27 +6,52 @@ from typing import Any, TypeVar
 from attrs import define as _attrs_define
 from attrs import field as _attrs_field
 
-T = TypeVar("T", bound="SetRecurringResponse200")
+T = TypeVar("T", bound="RecurringDeleted")
 
 
 @_attrs_define
-class SetRecurringResponse200:
+class RecurringDeleted:
+    """A deleted recurring schedule
+
+    Attributes:
+        deleted (bool):
+        name (str):
+    """
+
+    deleted: bool
+    name: str
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        deleted = self.deleted
+
+        name = self.name
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
+        field_dict.update(
+            {
+                "deleted": deleted,
+                "name": name,
+            }
+        )
 
         return field_dict
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
-        set_recurring_response_200 = cls()
+        deleted = d.pop("deleted")
 
-        set_recurring_response_200.additional_properties = d
-        return set_recurring_response_200
+        name = d.pop("name")
+
+        recurring_deleted = cls(
+            deleted=deleted,
+            name=name,
+        )
+
+        recurring_deleted.additional_properties = d
+        return recurring_deleted
 
     @property
     def additional_keys(self) -> list[str]:
