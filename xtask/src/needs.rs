@@ -84,6 +84,11 @@ pub const OS_NEEDS: &[OsNeed] = &[
         probe: Probe::PostgresServer,
         packages: &["postgresql"],
     },
+    OsNeed {
+        what: "node (20.19 or later) and npm (the TypeScript client's tests)",
+        probe: Probe::OnPath("npm"),
+        packages: &["nodejs", "npm"],
+    },
 ];
 
 /// A tool from PyPI.

@@ -207,7 +207,37 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
         gauges: prometheus::QueueGauges::default(),
         openapi: OnceLock::new(),
     });
-    let v1 = OpenApiRouter::new()
+    let v1 = v1_routes()
+        .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            routes::cluster::stamp_cluster_time,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ));
+    let (router, document) = with_open_routes(v1).split_for_parts();
+    let document = openapi::finish(document, state.options.token.is_some());
+    // Serialising a document of plain strings and maps cannot fail; an empty answer would
+    // show it if it ever did.
+    let json = serde_json::to_vec_pretty(&document).unwrap_or_default();
+    let _ = state.openapi.set(bytes::Bytes::from(json));
+    router
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::host_guard,
+        ))
+        .with_state(state)
+}
+
+/// The `/v1` routes, each registered through [`utoipa_axum::routes!`] from its handler's
+/// `#[utoipa::path]` attribute.
+fn v1_routes() -> OpenApiRouter<Arc<AppState>> {
+    OpenApiRouter::new()
         .routes(routes!(routes::queues::stats))
         .routes(routes!(routes::tasks::schedule_many))
         .routes(routes!(
@@ -234,35 +264,24 @@ pub fn router(scheduler: Scheduler, options: HttpOptions) -> Router {
         .routes(routes!(routes::recurring::resume))
         .routes(routes!(prometheus::lateness))
         .routes(routes!(openapi::document))
-        .fallback(routes::not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            routes::cluster::stamp_cluster_time,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::guard,
-        ));
-    let (router, document) = openapi::base_router()
+}
+
+/// `v1` nested under `/v1` beside the open routes (health, readiness, metrics, dashboard).
+fn with_open_routes(v1: OpenApiRouter<Arc<AppState>>) -> OpenApiRouter<Arc<AppState>> {
+    openapi::base_router()
         .nest("/v1", v1)
         .routes(routes!(routes::cluster::healthz))
         .routes(routes!(routes::cluster::readyz))
         .routes(routes!(prometheus::render))
         .routes(routes!(dashboard::index))
         .routes(routes!(dashboard::asset))
-        .split_for_parts();
-    let document = openapi::finish(document, state.options.token.is_some());
-    // Serialising a document of plain strings and maps cannot fail; an empty answer would
-    // show it if it ever did.
-    let json = serde_json::to_vec_pretty(&document).unwrap_or_default();
-    let _ = state.openapi.set(bytes::Bytes::from(json));
-    router
-        .fallback(routes::not_found)
-        .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::host_guard,
-        ))
-        .with_state(state)
+}
+
+/// The OpenAPI 3.1 document that `GET /v1/openapi.json` serves, without a scheduler: for
+/// generating clients (`cargo run -p delayq-http --example openapi`, clients/generate.sh).
+/// `token`: whether the server has `http.token` (the document then requires the bearer
+/// token on `/v1`).
+pub fn openapi_document(token: bool) -> serde_json::Value {
+    let (_, document) = with_open_routes(v1_routes()).split_for_parts();
+    openapi::finish(document, token)
 }

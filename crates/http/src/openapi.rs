@@ -184,7 +184,14 @@ fn finish_operation(path: &str, method: &str, operation: &mut Value, token: bool
             "A change refused: http.read_only is set, or a browser sent it from another site (Sec-Fetch-Site)",
         );
     }
-    if let Some(links) = links(operation["operationId"].as_str().unwrap_or_default()) {
+    let operation_id = operation["operationId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(schema) = crate::schemas::answer_of(&operation_id) {
+        operation["responses"]["200"]["content"]["application/json"]["schema"] = schema;
+    }
+    if let Some(links) = links(&operation_id) {
         operation["responses"]["200"]["links"] = links;
     }
 }

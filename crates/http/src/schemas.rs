@@ -145,14 +145,20 @@ fn task_properties() -> serde_json::Map<String, Value> {
     }
 }
 
-/// Exactly one of the four forms of a due time.
+/// Exactly one of the four forms of a due time, said as one `not`: not (none of them, or
+/// any two). A `oneOf` of `required` lists says the same, but client generators read a
+/// top-level `oneOf` as a union of types and lose the object's properties; they leave `not`
+/// to validators.
 fn one_due_form() -> Value {
-    json!([
-        {"required": ["delay_ms"]},
-        {"required": ["due_ms"]},
-        {"required": ["in"]},
-        {"required": ["at"]},
-    ])
+    let forms = ["delay_ms", "due_ms", "in", "at"];
+    let mut refused =
+        vec![json!({"not": {"anyOf": forms.map(|form| json!({"required": [form]}))}})];
+    for (i, first) in forms.iter().enumerate() {
+        for second in &forms[i + 1..] {
+            refused.push(json!({"required": [first, second]}));
+        }
+    }
+    json!({"anyOf": refused})
 }
 
 /// The body of `PUT /v1/queues/{queue}/tasks/{id}`.
@@ -162,7 +168,7 @@ pub fn task_body() -> Value {
         "description": "Exactly one of delay_ms, due_ms, in and at; an optional payload and mode. A field is given with its value or left out (null is refused). An \"id\" equal to the path's is tolerated.",
         "properties": task_properties(),
         "additionalProperties": false,
-        "oneOf": one_due_form(),
+        "not": one_due_form(),
         "example": {"in": "30s", "payload": "{\"order\":42}"},
     })
 }
@@ -177,7 +183,7 @@ pub fn bulk_task() -> Value {
         "properties": properties,
         "required": ["id"],
         "additionalProperties": false,
-        "oneOf": one_due_form(),
+        "not": one_due_form(),
         "example": {"id": "order-42", "delay_ms": 30000},
     })
 }
@@ -251,10 +257,13 @@ pub fn recurring_body() -> Value {
         },
         "required": ["queue"],
         "additionalProperties": false,
-        "oneOf": [
-            {"required": ["cron"], "not": {"required": ["every"]}},
-            {"required": ["every"], "not": {"anyOf": [{"required": ["cron"]}, {"required": ["tz"]}]}},
-        ],
+        // Exactly one of cron and every, and no tz with every (as one `not`: see
+        // one_due_form).
+        "not": {"anyOf": [
+            {"not": {"anyOf": [{"required": ["cron"]}, {"required": ["every"]}]}},
+            {"required": ["cron", "every"]},
+            {"required": ["every", "tz"]},
+        ]},
         "example": {"queue": "reports", "cron": "0 9 * * 1", "tz": "Europe/Berlin"},
     })
 }
@@ -268,6 +277,113 @@ pub fn time_zone() -> Value {
         "description": "An IANA time zone of cron (default UTC)",
         "example": "Europe/Berlin",
     })
+}
+
+/// An object of the answers: `properties`, all of them required (an answer may carry more
+/// fields in a later release, so extra ones are allowed).
+fn answer(description: &str, properties: Value) -> Value {
+    let required: Vec<String> = properties
+        .as_object()
+        .map(|properties| properties.keys().cloned().collect())
+        .unwrap_or_default();
+    json!({
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "required": required,
+    })
+}
+
+/// The answers' schemas: the objects the CLI's `--json` prints, by name.
+fn answers() -> Vec<(&'static str, Value)> {
+    let count = json!({"type": "integer", "minimum": 0});
+    let ms = json!({"type": "integer", "minimum": 0});
+    let ms_or_null = json!({"type": ["integer", "null"], "minimum": 0});
+    let text = json!({"type": "string"});
+    let flag = json!({"type": "boolean"});
+    vec![
+        ("Scheduled", answer(
+            "What a schedule did, as `delayq schedule --json` prints it",
+            json!({
+                "queue": text, "id": text, "due_ms": ms,
+                "replaced": {"type": "boolean", "description": "A live task with this id was replaced"},
+                "duplicate": {"type": "boolean", "description": "The same id and due already fired within executed_retention: nothing was scheduled"},
+                "kept": {"type": "boolean", "description": "The mode kept the live task that was there; due_ms is its due"},
+            }),
+        )),
+        ("Task", {
+            let mut task = answer(
+                "A task as `delayq get --json` prints it: payload when it is UTF-8, else payload_base64",
+                json!({
+                    "queue": text, "id": text,
+                    "state": {"type": "string", "enum": ["pending", "inflight", "dead", "done"]},
+                    "due_ms": ms, "attempt": count, "generation": count,
+                    "last_error": {"type": ["string", "null"]},
+                    "state_since_ms": ms_or_null,
+                }),
+            );
+            task["properties"]["payload"] = json!({"type": "string", "description": "The payload, when it is UTF-8"});
+            task["properties"]["payload_base64"] = json!({"type": "string", "description": "The payload in standard base64, when it is not UTF-8"});
+            task
+        }),
+        ("Cancelled", {
+            let mut cancelled = answer(
+                "What a cancel did: cancelled, plus state \"inflight\" when the handler was running (it cannot be un-run; no retry follows)",
+                json!({"cancelled": flag}),
+            );
+            cancelled["properties"]["state"] = json!({"type": "string", "enum": ["inflight"]});
+            cancelled
+        }),
+        ("BulkScheduled", answer(
+            "What a bulk schedule did, as `delayq schedule --from` prints it, plus the items the store refused",
+            json!({
+                "scheduled": count, "replaced": count, "duplicates": count, "kept": count,
+                "failed": count,
+                "errors": {
+                    "type": "array",
+                    "description": "The first 100 failed items",
+                    "items": answer("A failed item", json!({"index": count, "error": text})),
+                },
+                "errors_truncated": flag,
+            }),
+        )),
+        ("QueuePaused", answer("The queue and whether it is paused now", json!({"queue": text, "paused": flag}))),
+        ("QueueDeleted", answer(
+            "A deleted queue and how many pending, in-flight and dead tasks went with it",
+            json!({"queue": text, "deleted": {"type": "boolean", "const": true}, "tasks": count}),
+        )),
+        ("Retried", answer("How many dead letters are due again", json!({"retried": count}))),
+        ("Purged", answer("How many dead letters were deleted", json!({"purged": count}))),
+        ("RecurringSet", answer(
+            "What a recurring upsert did",
+            json!({
+                "name": text, "queue": text, "next_ms": ms_or_null,
+                "result": {"type": "string", "enum": ["created", "updated", "unchanged"]},
+            }),
+        )),
+        ("RecurringDeleted", answer(
+            "A deleted recurring schedule",
+            json!({"name": text, "deleted": {"type": "boolean", "const": true}}),
+        )),
+    ]
+}
+
+/// The schema of each operation's 200 answer that has one of [`answers`], by operation id.
+pub fn answer_of(operation_id: &str) -> Option<Value> {
+    let name = match operation_id {
+        "schedule_task" => "Scheduled",
+        "get_task" => "Task",
+        "cancel_task" => "Cancelled",
+        "schedule_tasks" => "BulkScheduled",
+        "pause_queue" | "resume_queue" => "QueuePaused",
+        "delete_queue" => "QueueDeleted",
+        "retry_dead_letter" | "retry_all_dead_letters" => "Retried",
+        "purge_dead_letter" | "purge_all_dead_letters" => "Purged",
+        "set_recurring" => "RecurringSet",
+        "delete_recurring" => "RecurringDeleted",
+        _ => return None,
+    };
+    Some(json!({"$ref": format!("#/components/schemas/{name}")}))
 }
 
 /// The schema of the path parameter called `name` in a route of `path`, if it is one of ours.
@@ -288,6 +404,9 @@ pub fn components() -> Vec<(&'static str, Value)> {
         ("RecurringBody", recurring_body()),
         ("TimeZone", time_zone()),
     ]
+    .into_iter()
+    .chain(answers())
+    .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,147 @@
+from http import HTTPStatus
+from typing import Any
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error_body import ErrorBody
+from ...models.fire_lateness_response_200 import FireLatenessResponse200
+from ...types import Response
+
+
+def _get_kwargs() -> dict[str, Any]:
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/v1/lateness",
+    }
+
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> ErrorBody | FireLatenessResponse200 | None:
+    if response.status_code == 200:
+        response_200 = FireLatenessResponse200.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 401:
+        response_401 = ErrorBody.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 421:
+        response_421 = ErrorBody.from_dict(response.json())
+
+        return response_421
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[ErrorBody | FireLatenessResponse200]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    *,
+    client: AuthenticatedClient,
+) -> Response[ErrorBody | FireLatenessResponse200]:
+    """`GET /v1/lateness`: per queue, the firing lateness this process recorded
+    (`{"<queue>":{"count","p50_ms","p99_ms"}}`, each quantile the upper bound of its
+    histogram bucket). Empty when this process fires nothing or has no recorder.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | FireLatenessResponse200]
+    """
+
+    kwargs = _get_kwargs()
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    *,
+    client: AuthenticatedClient,
+) -> ErrorBody | FireLatenessResponse200 | None:
+    """`GET /v1/lateness`: per queue, the firing lateness this process recorded
+    (`{"<queue>":{"count","p50_ms","p99_ms"}}`, each quantile the upper bound of its
+    histogram bucket). Empty when this process fires nothing or has no recorder.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | FireLatenessResponse200
+    """
+
+    return sync_detailed(
+        client=client,
+    ).parsed
+
+
+async def asyncio_detailed(
+    *,
+    client: AuthenticatedClient,
+) -> Response[ErrorBody | FireLatenessResponse200]:
+    """`GET /v1/lateness`: per queue, the firing lateness this process recorded
+    (`{"<queue>":{"count","p50_ms","p99_ms"}}`, each quantile the upper bound of its
+    histogram bucket). Empty when this process fires nothing or has no recorder.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | FireLatenessResponse200]
+    """
+
+    kwargs = _get_kwargs()
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    *,
+    client: AuthenticatedClient,
+) -> ErrorBody | FireLatenessResponse200 | None:
+    """`GET /v1/lateness`: per queue, the firing lateness this process recorded
+    (`{"<queue>":{"count","p50_ms","p99_ms"}}`, each quantile the upper bound of its
+    histogram bucket). Empty when this process fires nothing or has no recorder.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | FireLatenessResponse200
+    """
+
+    return (
+        await asyncio_detailed(
+            client=client,
+        )
+    ).parsed

@@ -1,0 +1,190 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error_body import ErrorBody
+from ...models.resume_recurring_response_200 import ResumeRecurringResponse200
+from ...types import Response
+
+
+def _get_kwargs(
+    name: str,
+) -> dict[str, Any]:
+
+    _kwargs: dict[str, Any] = {
+        "method": "post",
+        "url": "/v1/recurring/{name}/resume".format(
+            name=quote(str(name), safe=""),
+        ),
+    }
+
+    return _kwargs
+
+
+def _parse_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> ErrorBody | ResumeRecurringResponse200 | None:
+    if response.status_code == 200:
+        response_200 = ResumeRecurringResponse200.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = ErrorBody.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = ErrorBody.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = ErrorBody.from_dict(response.json())
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = ErrorBody.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 421:
+        response_421 = ErrorBody.from_dict(response.json())
+
+        return response_421
+
+    if response.status_code == 503:
+        response_503 = ErrorBody.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(
+    *, client: AuthenticatedClient | Client, response: httpx.Response
+) -> Response[ErrorBody | ResumeRecurringResponse200]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    name: str,
+    *,
+    client: AuthenticatedClient,
+) -> Response[ErrorBody | ResumeRecurringResponse200]:
+    """Resumes the schedule with its first tick after now; answers with it, or 404.
+
+    Args:
+        name (str): 1 to 128 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-' Example: nightly-
+            report.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | ResumeRecurringResponse200]
+    """
+
+    kwargs = _get_kwargs(
+        name=name,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    name: str,
+    *,
+    client: AuthenticatedClient,
+) -> ErrorBody | ResumeRecurringResponse200 | None:
+    """Resumes the schedule with its first tick after now; answers with it, or 404.
+
+    Args:
+        name (str): 1 to 128 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-' Example: nightly-
+            report.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | ResumeRecurringResponse200
+    """
+
+    return sync_detailed(
+        name=name,
+        client=client,
+    ).parsed
+
+
+async def asyncio_detailed(
+    name: str,
+    *,
+    client: AuthenticatedClient,
+) -> Response[ErrorBody | ResumeRecurringResponse200]:
+    """Resumes the schedule with its first tick after now; answers with it, or 404.
+
+    Args:
+        name (str): 1 to 128 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-' Example: nightly-
+            report.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | ResumeRecurringResponse200]
+    """
+
+    kwargs = _get_kwargs(
+        name=name,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    name: str,
+    *,
+    client: AuthenticatedClient,
+) -> ErrorBody | ResumeRecurringResponse200 | None:
+    """Resumes the schedule with its first tick after now; answers with it, or 404.
+
+    Args:
+        name (str): 1 to 128 characters of A-Z, a-z, 0-9, '_', '.', ':' and '-' Example: nightly-
+            report.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | ResumeRecurringResponse200
+    """
+
+    return (
+        await asyncio_detailed(
+            name=name,
+            client=client,
+        )
+    ).parsed

@@ -1,0 +1,195 @@
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from ... import errors
+from ...client import AuthenticatedClient, Client
+from ...models.error_body import ErrorBody
+from ...models.task import Task
+from ...types import Response
+
+
+def _get_kwargs(
+    queue: str,
+    id: str,
+) -> dict[str, Any]:
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/v1/queues/{queue}/tasks/{id}".format(
+            queue=quote(str(queue), safe=""),
+            id=quote(str(id), safe=""),
+        ),
+    }
+
+    return _kwargs
+
+
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> ErrorBody | Task | None:
+    if response.status_code == 200:
+        response_200 = Task.from_dict(response.json())
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = ErrorBody.from_dict(response.json())
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = ErrorBody.from_dict(response.json())
+
+        return response_401
+
+    if response.status_code == 404:
+        response_404 = ErrorBody.from_dict(response.json())
+
+        return response_404
+
+    if response.status_code == 421:
+        response_421 = ErrorBody.from_dict(response.json())
+
+        return response_421
+
+    if response.status_code == 503:
+        response_503 = ErrorBody.from_dict(response.json())
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[ErrorBody | Task]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    queue: str,
+    id: str,
+    *,
+    client: AuthenticatedClient,
+) -> Response[ErrorBody | Task]:
+    """The task as `delayq get` prints it; 404 when unknown.
+
+    Args:
+        queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
+        id (str): 1 to 512 bytes of UTF-8 (512 ASCII characters, fewer when they take more bytes),
+            no NUL Example: order-42.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | Task]
+    """
+
+    kwargs = _get_kwargs(
+        queue=queue,
+        id=id,
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+
+def sync(
+    queue: str,
+    id: str,
+    *,
+    client: AuthenticatedClient,
+) -> ErrorBody | Task | None:
+    """The task as `delayq get` prints it; 404 when unknown.
+
+    Args:
+        queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
+        id (str): 1 to 512 bytes of UTF-8 (512 ASCII characters, fewer when they take more bytes),
+            no NUL Example: order-42.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | Task
+    """
+
+    return sync_detailed(
+        queue=queue,
+        id=id,
+        client=client,
+    ).parsed
+
+
+async def asyncio_detailed(
+    queue: str,
+    id: str,
+    *,
+    client: AuthenticatedClient,
+) -> Response[ErrorBody | Task]:
+    """The task as `delayq get` prints it; 404 when unknown.
+
+    Args:
+        queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
+        id (str): 1 to 512 bytes of UTF-8 (512 ASCII characters, fewer when they take more bytes),
+            no NUL Example: order-42.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | Task]
+    """
+
+    kwargs = _get_kwargs(
+        queue=queue,
+        id=id,
+    )
+
+    response = await client.get_async_httpx_client().request(**kwargs)
+
+    return _build_response(client=client, response=response)
+
+
+async def asyncio(
+    queue: str,
+    id: str,
+    *,
+    client: AuthenticatedClient,
+) -> ErrorBody | Task | None:
+    """The task as `delayq get` prints it; 404 when unknown.
+
+    Args:
+        queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
+        id (str): 1 to 512 bytes of UTF-8 (512 ASCII characters, fewer when they take more bytes),
+            no NUL Example: order-42.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | Task
+    """
+
+    return (
+        await asyncio_detailed(
+            queue=queue,
+            id=id,
+            client=client,
+        )
+    ).parsed

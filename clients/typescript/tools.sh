@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the pinned npm tools of clients/typescript (@hey-api/openapi-ts, typescript) with
+# `npm ci` from its package-lock.json into target/tools/npm (again only when the lock file
+# changed), never into the source tree, and prints their bin directory.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+npm_dir="${CARGO_TARGET_DIR:-$root/target}/tools/npm"
+if ! cmp -s "$here/package-lock.json" "$npm_dir/.installed-lock.json" \
+  || [[ ! -x "$npm_dir/node_modules/.bin/openapi-ts" || ! -x "$npm_dir/node_modules/.bin/tsc" ]]; then
+  if ! command -v npm >/dev/null; then
+    echo "npm not found: run \`cargo xtask setup\` (it installs node and npm)" >&2
+    exit 1
+  fi
+  mkdir -p "$npm_dir"
+  cp "$here/package.json" "$here/package-lock.json" "$npm_dir/"
+  (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error) >&2
+  cp "$here/package-lock.json" "$npm_dir/.installed-lock.json"
+fi
+echo "$npm_dir/node_modules/.bin"
