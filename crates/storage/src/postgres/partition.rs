@@ -10,6 +10,7 @@ use delayq_postgres::tokio_postgres::{Error as PgError, Row};
 
 use super::sql::Sql;
 use super::{from_db, to_db};
+use crate::error::StorageError;
 use crate::model::{
     Cancel, ClaimBatch, ClaimedTask, DeadTask, FailAction, FailOutcome, LeaseToken, LookReport,
     LookRequest, NewTask, Partition, PartitionStats, ScheduleMode, ScheduleOutcome, TaskId,
@@ -85,6 +86,17 @@ enum Lease {
     Cancelled,
 }
 
+/// `NoSuchPartition` when the queue is registered with `registered` partitions, fewer than
+/// `partition` needs.
+fn beyond(partition: &Partition, registered: Option<i32>) -> Option<StorageError> {
+    let partitions = u32::try_from(registered?).unwrap_or(0);
+    (partition.index >= partitions).then(|| StorageError::NoSuchPartition {
+        queue: partition.queue.to_string(),
+        index: partition.index,
+        partitions,
+    })
+}
+
 /// A token that no longer holds its lease.
 pub(super) struct StaleLease;
 
@@ -102,20 +114,36 @@ pub(super) struct Part<'t, 'x> {
 }
 
 impl<'t, 'x> Part<'t, 'x> {
-    /// Locks `partition` (making its row if needed).
+    /// Locks `partition` (making its row the first time), or tells that the queue is
+    /// registered with fewer partitions (`NoSuchPartition`, nothing written). One statement
+    /// when the partition exists.
     pub(super) async fn lock(
         tx: &'t Transaction<'x>,
         sql: Arc<Sql>,
         partition: &Partition,
-    ) -> Result<Part<'t, 'x>, PgError> {
+    ) -> Result<Result<Part<'t, 'x>, StorageError>, PgError> {
         let queue = partition.queue.as_str().to_owned();
         let idx = i32::try_from(partition.index).unwrap_or(i32::MAX);
-        let ensure = tx.prepare_cached(&sql.ensure_partition).await?;
-        tx.execute(&ensure, &[&queue, &idx]).await?;
         let lock = tx.prepare_cached(&sql.lock_partition).await?;
-        let row = tx.query_one(&lock, &[&queue, &idx]).await?;
+        let row = match tx.query_opt(&lock, &[&queue, &idx]).await? {
+            Some(row) => row,
+            None => {
+                let count = tx.prepare_cached(&sql.queue_partitions).await?;
+                let registered: Option<i32> =
+                    tx.query_opt(&count, &[&queue]).await?.map(|row| row.get(0));
+                if let Some(error) = beyond(partition, registered) {
+                    return Ok(Err(error));
+                }
+                let ensure = tx.prepare_cached(&sql.ensure_partition).await?;
+                tx.execute(&ensure, &[&queue, &idx]).await?;
+                tx.query_one(&lock, &[&queue, &idx]).await?
+            }
+        };
+        if let Some(error) = beyond(partition, row.get(3)) {
+            return Ok(Err(error));
+        }
         let sequence: i64 = row.get(0);
-        Ok(Part {
+        Ok(Ok(Part {
             tx,
             sql,
             queue,
@@ -124,7 +152,7 @@ impl<'t, 'x> Part<'t, 'x> {
             locked_sequence: sequence,
             now_ms: from_db(row.get(1)),
             now_us: row.get(2),
-        })
+        }))
     }
 
     /// Writes back what changed in the partition's row.

@@ -13,7 +13,8 @@ const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::int8";
 pub(crate) struct Sql {
     /// Creates the partition's row if missing. `$1 queue, $2 idx`.
     pub ensure_partition: String,
-    /// Locks the partition's row: `sequence, now_ms, now_us`. `$1, $2`.
+    /// Locks the partition's row: `sequence, now_ms, now_us, the queue's registered
+    /// partition count`. `$1, $2`.
     pub lock_partition: String,
     /// Stores the sequence. `$1, $2, $3 sequence`.
     pub store_sequence: String,
@@ -108,8 +109,9 @@ impl Sql {
                 "INSERT INTO {schema}.partitions (queue, idx) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             ),
             lock_partition: s(
-                "SELECT sequence, {now}, (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
-                 FROM {schema}.partitions WHERE queue = $1 AND idx = $2 FOR UPDATE",
+                "SELECT p.sequence, {now}, (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
+                 (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1) \
+                 FROM {schema}.partitions p WHERE p.queue = $1 AND p.idx = $2 FOR UPDATE OF p",
             ),
             store_sequence: s(
                 "UPDATE {schema}.partitions SET sequence = $3 WHERE queue = $1 AND idx = $2",
