@@ -111,6 +111,8 @@ pub(super) struct Part<'t, 'x> {
     /// The database clock when the lock was taken, in ms and µs.
     pub(super) now_ms: u64,
     now_us: i64,
+    /// Whether the queue was paused when the lock was taken (a pause waits for the lock).
+    pub(super) paused: bool,
 }
 
 impl<'t, 'x> Part<'t, 'x> {
@@ -152,6 +154,7 @@ impl<'t, 'x> Part<'t, 'x> {
             locked_sequence: sequence,
             now_ms: from_db(row.get(1)),
             now_us: row.get(2),
+            paused: row.get(4),
         }))
     }
 
@@ -192,12 +195,6 @@ impl<'t, 'x> Part<'t, 'x> {
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.queue, &self.idx];
         params.extend_from_slice(extra);
         self.tx.execute(&statement, &params).await
-    }
-
-    /// Whether the partition's queue is paused.
-    pub(super) async fn is_paused(&self) -> Result<bool, PgError> {
-        let statement = self.tx.prepare_cached(&self.sql.is_paused).await?;
-        Ok(self.tx.query_one(&statement, &[&self.queue]).await?.get(0))
     }
 
     async fn task(&self, id: &TaskId) -> Result<Option<TaskRow>, PgError> {
@@ -491,17 +488,21 @@ impl<'t, 'x> Part<'t, 'x> {
                 payload: Bytes::from(payload),
             });
         }
-        if !tasks.is_empty() {
+        let next_due_ms = if tasks.is_empty() {
+            self.first_time(&self.sql.next_due, &[]).await?
+        } else {
             let ids: Vec<&str> = tasks.iter().map(|task| task.id.as_str()).collect();
             let claims: Vec<i64> = tasks.iter().map(|task| to_db(task.token.claim)).collect();
             let lease = to_db(lease_deadline_ms);
-            self.exec(&self.sql.delete_superseded_many, &[&ids]).await?;
-            self.exec(&self.sql.mark_claimed, &[&ids, &claims, &lease])
-                .await?;
-            self.exec(&self.sql.store_receipt, &[&owner, &lease, &ids, &claims])
-                .await?;
-        }
-        let next_due_ms = self.first_time(&self.sql.next_due, &[]).await?;
+            // The sequence is written here, so `finish` has nothing left to write.
+            self.locked_sequence = self.sequence;
+            let sequence = self.sequence;
+            self.first_time(
+                &self.sql.mark_claimed,
+                &[&ids, &claims, &lease, &owner, &sequence],
+            )
+            .await?
+        };
         Ok(ClaimBatch {
             tasks,
             next_due_ms,
@@ -669,6 +670,24 @@ impl<'t, 'x> Part<'t, 'x> {
         token: &LeaseToken,
         retention_ms: u64,
     ) -> Result<Result<bool, StaleLease>, PgError> {
+        // The common case in one statement: the token holds the lease.
+        let held = if retention_ms == 0 {
+            &self.sql.ack_held_unrecorded
+        } else {
+            &self.sql.ack_held
+        };
+        let (id, generation, claim, now) = (
+            token.id.as_str(),
+            to_db(token.generation),
+            to_db(token.claim),
+            to_db(self.now_ms),
+        );
+        let params: [&(dyn ToSql + Sync); 4] = [&id, &generation, &claim, &now];
+        let used = if retention_ms == 0 { 3 } else { 4 };
+        let done = self.query_opt(held, &params[..used]).await?;
+        if done.is_some() {
+            return Ok(Ok(true));
+        }
         let (lease, record) = self.check(token).await?;
         match lease {
             Lease::Stale => return Ok(Err(StaleLease)),

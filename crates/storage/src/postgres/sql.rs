@@ -14,7 +14,7 @@ pub(crate) struct Sql {
     /// Creates the partition's row if missing. `$1 queue, $2 idx`.
     pub ensure_partition: String,
     /// Locks the partition's row: `sequence, now_ms, now_us, the queue's registered
-    /// partition count`. `$1, $2`.
+    /// partition count, whether the queue is paused`. `$1, $2`.
     pub lock_partition: String,
     /// Stores the sequence. `$1, $2, $3 sequence`.
     pub store_sequence: String,
@@ -59,12 +59,10 @@ pub(crate) struct Sql {
     /// Up to `$4` due pending tasks at or before `$3`, oldest first, locked: id, due_ms,
     /// attempt, generation, payload.
     pub due_tasks: String,
-    /// Moves claimed tasks in flight. `$1, $2, $3 ids, $4 claims, $5 lease`.
+    /// Moves claimed tasks in flight, forgets their superseded claims, keeps the claim's
+    /// receipt and the partition's sequence, and returns the earliest pending time left: one
+    /// statement. `$1, $2, $3 ids, $4 claims, $5 lease, $6 owner, $7 sequence`.
     pub mark_claimed: String,
-    /// Forgets the superseded claims of ids. `$1, $2, $3 ids`.
-    pub delete_superseded_many: String,
-    /// Keeps the receipt of a claim. `$1, $2, $3 owner, $4 lease, $5 ids, $6 claims`.
-    pub store_receipt: String,
     /// The receipt: owner, lease, ids, claims.
     pub select_receipt: String,
     /// The earliest pending time.
@@ -89,8 +87,11 @@ pub(crate) struct Sql {
     /// The ids of every dead letter of the partition.
     pub dead_ids: String,
 
-    /// Whether `$1` is paused.
-    pub is_paused: String,
+    /// Completes a held lease in one statement: deletes the task if `$4 generation, $5 claim`
+    /// hold it, and records it done at `$6`; a row back means done. `$1, $2, $3 id`.
+    pub ack_held: String,
+    /// As `ack_held` without a done record (retention 0): also forgets an older one.
+    pub ack_held_unrecorded: String,
 
     /// Whether the tick ledger has `$3`.
     pub tick_exists: String,
@@ -110,7 +111,8 @@ impl Sql {
             ),
             lock_partition: s(
                 "SELECT p.sequence, {now}, (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
-                 (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1) \
+                 (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1), \
+                 EXISTS (SELECT 1 FROM {schema}.paused z WHERE z.queue = $1) \
                  FROM {schema}.partitions p WHERE p.queue = $1 AND p.idx = $2 FOR UPDATE OF p",
             ),
             store_sequence: s(
@@ -185,17 +187,19 @@ impl Sql {
                  WHERE queue = $1 AND idx = $2 AND state = 'pending' AND at_ms <= $3 \
                  ORDER BY at_ms, id LIMIT $4 FOR UPDATE SKIP LOCKED",
             ),
+            // The statements of one WITH see one snapshot: the earliest pending time left
+            // leaves out the ids this claim takes.
             mark_claimed: s(
-                "UPDATE {schema}.tasks t SET state = 'inflight', at_ms = $5, claim = c.claim \
-                 FROM unnest($3::text[], $4::int8[]) AS c(id, claim) \
-                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = c.id",
-            ),
-            delete_superseded_many: s(
-                "DELETE FROM {schema}.superseded WHERE queue = $1 AND idx = $2 AND id = ANY($3)",
-            ),
-            store_receipt: s(
-                "UPDATE {schema}.partitions SET receipt_owner = $3, receipt_lease_ms = $4, \
-                 receipt_ids = $5, receipt_claims = $6 WHERE queue = $1 AND idx = $2",
+                "WITH claimed AS (UPDATE {schema}.tasks t SET state = 'inflight', at_ms = $5, \
+                 claim = c.claim FROM unnest($3::text[], $4::int8[]) AS c(id, claim) \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = c.id RETURNING 1), \
+                 forgotten AS (DELETE FROM {schema}.superseded WHERE queue = $1 AND idx = $2 \
+                 AND id = ANY($3) RETURNING 1), \
+                 receipt AS (UPDATE {schema}.partitions SET receipt_owner = $6, \
+                 receipt_lease_ms = $5, receipt_ids = $3, receipt_claims = $4, sequence = $7 \
+                 WHERE queue = $1 AND idx = $2 RETURNING 1) \
+                 SELECT min(at_ms) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
+                 AND state = 'pending' AND id <> ALL($3)",
             ),
             select_receipt: s(
                 "SELECT receipt_owner, receipt_lease_ms, receipt_ids, receipt_claims \
@@ -248,7 +252,23 @@ impl Sql {
                 "SELECT id FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND state = 'dead'",
             ),
 
-            is_paused: s("SELECT EXISTS (SELECT 1 FROM {schema}.paused WHERE queue = $1)"),
+            ack_held: s(
+                "WITH acked AS (DELETE FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND id = $3 \
+                 AND state = 'inflight' AND generation = $4 AND claim = $5 \
+                 RETURNING due_ms, scheduled_due_ms, attempt, generation) \
+                 INSERT INTO {schema}.done (queue, idx, id, due_ms, scheduled_due_ms, attempt, \
+                 generation, completed_ms) SELECT $1, $2, $3, due_ms, scheduled_due_ms, attempt, \
+                 generation, $6 FROM acked ON CONFLICT (queue, idx, id) DO UPDATE SET \
+                 due_ms = EXCLUDED.due_ms, scheduled_due_ms = EXCLUDED.scheduled_due_ms, \
+                 attempt = EXCLUDED.attempt, generation = EXCLUDED.generation, \
+                 completed_ms = EXCLUDED.completed_ms RETURNING 1",
+            ),
+            ack_held_unrecorded: s(
+                "WITH acked AS (DELETE FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND id = $3 \
+                 AND state = 'inflight' AND generation = $4 AND claim = $5 RETURNING id), \
+                 forgotten AS (DELETE FROM {schema}.done WHERE queue = $1 AND idx = $2 AND id = $3 \
+                 AND EXISTS (SELECT 1 FROM acked)) SELECT 1 FROM acked",
+            ),
 
             tick_exists: s(&format!(
                 "SELECT EXISTS (SELECT 1 FROM {{schema}}.ticks WHERE {task_key})"

@@ -345,7 +345,7 @@ impl TaskStore for PostgresStore {
             Box::pin(async move {
                 // Read under the partition's lock: a pause that committed is seen (set_paused
                 // locks every partition of the queue).
-                if part.is_paused().await? {
+                if part.paused {
                     return Ok(ClaimBatch {
                         paused: true,
                         ..ClaimBatch::default()
