@@ -663,31 +663,59 @@ impl<'t, 'x> Part<'t, 'x> {
         Ok((lease, record))
     }
 
-    /// Completes the task behind `token`: `Ok(Ok(true))` completed, `Ok(Ok(false))`
-    /// superseded.
-    pub(super) async fn ack(
+    /// Completes the tasks behind `tokens` (a batch of concurrent acks of this partition):
+    /// one statement for every token that holds its lease, then the others one by one, in
+    /// order. `Ok(true)` completed, `Ok(false)` superseded, per token.
+    pub(super) async fn ack_many(
+        &self,
+        tokens: &[LeaseToken],
+        retention_ms: u64,
+    ) -> Result<Vec<Result<bool, StaleLease>>, PgError> {
+        let ids: Vec<&str> = tokens.iter().map(|token| token.id.as_str()).collect();
+        let generations: Vec<i64> = tokens.iter().map(|token| to_db(token.generation)).collect();
+        let claims: Vec<i64> = tokens.iter().map(|token| to_db(token.claim)).collect();
+        let now = to_db(self.now_ms);
+        let rows = if retention_ms == 0 {
+            self.query(
+                &self.sql.ack_held_unrecorded,
+                &[&ids, &generations, &claims],
+            )
+            .await?
+        } else {
+            self.query(&self.sql.ack_held, &[&ids, &generations, &claims, &now])
+                .await?
+        };
+        let mut completed: std::collections::HashSet<(String, i64, i64)> = rows
+            .iter()
+            .map(|row| {
+                let claim: Option<i64> = row.get(2);
+                (row.get(0), row.get(1), claim.unwrap_or(0))
+            })
+            .collect();
+        let mut outcomes = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            // The token that held its task's lease was completed by the statement (a repeat
+            // of it is answered by the full check, as an ack after that ack would be).
+            let key = (
+                token.id.as_str().to_owned(),
+                to_db(token.generation),
+                to_db(token.claim),
+            );
+            if completed.remove(&key) {
+                outcomes.push(Ok(true));
+            } else {
+                outcomes.push(self.ack_checked(token, retention_ms).await?);
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Completes the task behind `token` by the full lease check (the memory twin's `ack`).
+    async fn ack_checked(
         &self,
         token: &LeaseToken,
         retention_ms: u64,
     ) -> Result<Result<bool, StaleLease>, PgError> {
-        // The common case in one statement: the token holds the lease.
-        let held = if retention_ms == 0 {
-            &self.sql.ack_held_unrecorded
-        } else {
-            &self.sql.ack_held
-        };
-        let (id, generation, claim, now) = (
-            token.id.as_str(),
-            to_db(token.generation),
-            to_db(token.claim),
-            to_db(self.now_ms),
-        );
-        let params: [&(dyn ToSql + Sync); 4] = [&id, &generation, &claim, &now];
-        let used = if retention_ms == 0 { 3 } else { 4 };
-        let done = self.query_opt(held, &params[..used]).await?;
-        if done.is_some() {
-            return Ok(Ok(true));
-        }
         let (lease, record) = self.check(token).await?;
         match lease {
             Lease::Stale => return Ok(Err(StaleLease)),

@@ -87,10 +87,11 @@ pub(crate) struct Sql {
     /// The ids of every dead letter of the partition.
     pub dead_ids: String,
 
-    /// Completes a held lease in one statement: deletes the task if `$4 generation, $5 claim`
-    /// hold it, and records it done at `$6`; a row back means done. `$1, $2, $3 id`.
+    /// Completes the held leases among the tokens `$3 ids, $4 generations, $5 claims` in one
+    /// statement: deletes each task a token holds and records it done at `$6`; returns the
+    /// `(id, generation, claim)` completed. `$1, $2`.
     pub ack_held: String,
-    /// As `ack_held` without a done record (retention 0): also forgets an older one.
+    /// As `ack_held` without done records (retention 0): also forgets older ones.
     pub ack_held_unrecorded: String,
 
     /// Whether the tick ledger has `$3`.
@@ -253,23 +254,29 @@ impl Sql {
             ),
 
             ack_held: s(
-                "WITH acked AS (DELETE FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND id = $3 \
-                 AND state = 'inflight' AND generation = $4 AND claim = $5 \
-                 RETURNING due_ms, scheduled_due_ms, attempt, generation) \
-                 INSERT INTO {schema}.done (queue, idx, id, due_ms, scheduled_due_ms, attempt, \
-                 generation, completed_ms) SELECT $1, $2, $3, due_ms, scheduled_due_ms, attempt, \
-                 generation, $6 FROM acked ON CONFLICT (queue, idx, id) DO UPDATE SET \
+                "WITH acked AS (DELETE FROM {schema}.tasks t \
+                 USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id AND t.state = 'inflight' \
+                 AND t.generation = k.generation AND t.claim = k.claim \
+                 RETURNING t.id, t.due_ms, t.scheduled_due_ms, t.attempt, t.generation, t.claim), \
+                 recorded AS (INSERT INTO {schema}.done (queue, idx, id, due_ms, scheduled_due_ms, \
+                 attempt, generation, completed_ms) SELECT $1, $2, id, due_ms, scheduled_due_ms, \
+                 attempt, generation, $6 FROM acked ON CONFLICT (queue, idx, id) DO UPDATE SET \
                  due_ms = EXCLUDED.due_ms, scheduled_due_ms = EXCLUDED.scheduled_due_ms, \
                  attempt = EXCLUDED.attempt, generation = EXCLUDED.generation, \
-                 completed_ms = EXCLUDED.completed_ms RETURNING 1",
+                 completed_ms = EXCLUDED.completed_ms) \
+                 SELECT id, generation, claim FROM acked",
             ),
             ack_held_unrecorded: s(
-                "WITH acked AS (DELETE FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND id = $3 \
-                 AND state = 'inflight' AND generation = $4 AND claim = $5 RETURNING id), \
-                 forgotten AS (DELETE FROM {schema}.done WHERE queue = $1 AND idx = $2 AND id = $3 \
-                 AND EXISTS (SELECT 1 FROM acked)) SELECT 1 FROM acked",
+                "WITH acked AS (DELETE FROM {schema}.tasks t \
+                 USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id AND t.state = 'inflight' \
+                 AND t.generation = k.generation AND t.claim = k.claim \
+                 RETURNING t.id, t.generation, t.claim), \
+                 forgotten AS (DELETE FROM {schema}.done d USING acked \
+                 WHERE d.queue = $1 AND d.idx = $2 AND d.id = acked.id) \
+                 SELECT id, generation, claim FROM acked",
             ),
-
             tick_exists: s(&format!(
                 "SELECT EXISTS (SELECT 1 FROM {{schema}}.ticks WHERE {task_key})"
             )),

@@ -40,8 +40,8 @@ fn stale(token: &LeaseToken) -> impl FnOnce(StaleLease) -> StorageError + '_ {
 /// long the partition stays locked).
 const SCHEDULE_CHUNK: usize = 256;
 
-/// A copy of `error` for each item of a group that failed together.
-fn copy_error(error: &StorageError) -> StorageError {
+/// A copy of `error` (of `operation`) for each item of a group that failed together.
+fn copy_error(error: &StorageError, operation: &'static str) -> StorageError {
     match error {
         StorageError::NoSuchPartition {
             queue,
@@ -61,7 +61,7 @@ fn copy_error(error: &StorageError) -> StorageError {
             message: message.clone(),
         },
         other => StorageError::Backend {
-            operation: "schedule_many",
+            operation,
             message: other.to_string(),
         },
     }
@@ -162,6 +162,37 @@ impl PostgresStore {
             Box::pin(async move { part.schedule(&task, mode, retention).await })
         })
         .await
+    }
+
+    /// Acks `tokens` of `partition` in one transaction; one result per token, in order.
+    async fn ack_batch(
+        &self,
+        partition: Partition,
+        tokens: Vec<LeaseToken>,
+    ) -> Vec<StorageResult<AckOutcome>> {
+        let retention = self.retention_ms();
+        let owned = tokens.clone();
+        let outcome = self
+            .in_partition("ack", &partition, move |part| {
+                let tokens = owned.clone();
+                Box::pin(async move { part.ack_many(&tokens, retention).await })
+            })
+            .await;
+        match outcome {
+            Ok(outcomes) => outcomes
+                .into_iter()
+                .zip(&tokens)
+                .map(|(outcome, token)| match outcome {
+                    Ok(true) => Ok(AckOutcome::Completed),
+                    Ok(false) => Ok(AckOutcome::Superseded),
+                    Err(refused) => Err(stale(token)(refused)),
+                })
+                .collect(),
+            Err(error) => tokens
+                .iter()
+                .map(|_| Err(copy_error(&error, "ack")))
+                .collect(),
+        }
     }
 
     pub(super) fn retention_ms(&self) -> u64 {
@@ -290,7 +321,7 @@ impl TaskStore for PostgresStore {
                     }
                     Err(error) => {
                         for (index, _) in chunk {
-                            results[*index] = Some(Err(copy_error(&error)));
+                            results[*index] = Some(Err(copy_error(&error, "schedule_many")));
                         }
                     }
                 }
@@ -401,20 +432,19 @@ impl TaskStore for PostgresStore {
     }
 
     async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
-        let retention = self.retention_ms();
-        let owned = token.clone();
-        let completed = self
-            .in_partition("ack", &token.partition, move |part| {
-                let token = owned.clone();
-                Box::pin(async move { part.ack(&token, retention).await })
-            })
-            .await?;
-        let completed = completed.map_err(stale(token))?;
-        Ok(if completed {
-            AckOutcome::Completed
-        } else {
-            AckOutcome::Superseded
-        })
+        let store = self.clone();
+        self.inner
+            .acks
+            .submit(
+                "ack",
+                token.partition.clone(),
+                token.clone(),
+                move |partition, tokens| {
+                    let store = store.clone();
+                    async move { store.ack_batch(partition, tokens).await }
+                },
+            )
+            .await
     }
 
     async fn fail(
