@@ -1,14 +1,19 @@
 //! # delayq-storage
 //!
-//! The task store of delayq: the [`TaskStore`] trait and its two backends, Redis
-//! ([`RedisStore`], with atomic Lua scripts) and memory ([`MemoryStore`], the in-process
-//! twin held to the same conformance suite).
+//! The task store of delayq: the [`TaskStore`] trait and its backends, Redis
+//! ([`RedisStore`], with atomic Lua scripts), PostgreSQL ([`PostgresStore`], one transaction
+//! per operation on the partition's locked row) and memory ([`MemoryStore`], the in-process
+//! twin), all held to the same conformance suite and model test.
 //!
 //! The Redis backend runs on one server, a Redis Cluster (each queue partition is one slot, so
 //! a queue's partitions spread over every master) or a Sentinel-watched master, over TLS and
 //! as an ACL user, through `delayq-redis` ([`RedisStoreOptions::redis`]). With
 //! [`RedisStoreOptions::wait_replicas`], writes return only once replicas confirmed them, or
 //! fail with [`StorageError::ReplicationTimeout`].
+//!
+//! The PostgreSQL backend keeps every queue in the tables of one schema (`postgres.schema`),
+//! created and migrated when it connects, through `delayq-postgres` (pool, TLS, several hosts
+//! with `target_session_attrs=read-write`; transient failures are retried).
 //!
 //! ```
 //! use delayq_storage::{MemoryStore, NewTask, Partition, QueueName, ScheduleMode, TaskId, TaskStore};

@@ -35,7 +35,8 @@ use std::sync::Arc;
 use delayq_postgres::{Database, Migrator, PostgresConfig};
 
 use crate::error::{StorageError, StorageResult};
-use crate::model::StoreOptions;
+use crate::model::{AckOutcome, LeaseToken, Partition, StoreOptions};
+use crate::redis::batch::Batcher;
 
 /// How to reach the database and the store's limits.
 #[derive(Clone, Debug)]
@@ -64,11 +65,21 @@ pub struct PostgresStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     database: Database,
     options: StoreOptions,
     sql: Arc<sql::Sql>,
+    /// Concurrent acks of one partition, sent as one transaction (group commit).
+    acks: Batcher<Partition, LeaseToken, AckOutcome>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("database", &self.database)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PostgresStore {
@@ -92,6 +103,7 @@ impl PostgresStore {
                 database,
                 options,
                 sql,
+                acks: Batcher::default(),
             }),
         }
     }

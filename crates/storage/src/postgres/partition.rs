@@ -10,6 +10,7 @@ use delayq_postgres::tokio_postgres::{Error as PgError, Row};
 
 use super::sql::Sql;
 use super::{from_db, to_db};
+use crate::error::StorageError;
 use crate::model::{
     Cancel, ClaimBatch, ClaimedTask, DeadTask, FailAction, FailOutcome, LeaseToken, LookReport,
     LookRequest, NewTask, Partition, PartitionStats, ScheduleMode, ScheduleOutcome, TaskId,
@@ -85,6 +86,17 @@ enum Lease {
     Cancelled,
 }
 
+/// `NoSuchPartition` when the queue is registered with `registered` partitions, fewer than
+/// `partition` needs.
+fn beyond(partition: &Partition, registered: Option<i32>) -> Option<StorageError> {
+    let partitions = u32::try_from(registered?).unwrap_or(0);
+    (partition.index >= partitions).then(|| StorageError::NoSuchPartition {
+        queue: partition.queue.to_string(),
+        index: partition.index,
+        partitions,
+    })
+}
+
 /// A token that no longer holds its lease.
 pub(super) struct StaleLease;
 
@@ -99,23 +111,41 @@ pub(super) struct Part<'t, 'x> {
     /// The database clock when the lock was taken, in ms and µs.
     pub(super) now_ms: u64,
     now_us: i64,
+    /// Whether the queue was paused when the lock was taken (a pause waits for the lock).
+    pub(super) paused: bool,
 }
 
 impl<'t, 'x> Part<'t, 'x> {
-    /// Locks `partition` (making its row if needed).
+    /// Locks `partition` (making its row the first time), or tells that the queue is
+    /// registered with fewer partitions (`NoSuchPartition`, nothing written). One statement
+    /// when the partition exists.
     pub(super) async fn lock(
         tx: &'t Transaction<'x>,
         sql: Arc<Sql>,
         partition: &Partition,
-    ) -> Result<Part<'t, 'x>, PgError> {
+    ) -> Result<Result<Part<'t, 'x>, StorageError>, PgError> {
         let queue = partition.queue.as_str().to_owned();
         let idx = i32::try_from(partition.index).unwrap_or(i32::MAX);
-        let ensure = tx.prepare_cached(&sql.ensure_partition).await?;
-        tx.execute(&ensure, &[&queue, &idx]).await?;
         let lock = tx.prepare_cached(&sql.lock_partition).await?;
-        let row = tx.query_one(&lock, &[&queue, &idx]).await?;
+        let row = match tx.query_opt(&lock, &[&queue, &idx]).await? {
+            Some(row) => row,
+            None => {
+                let count = tx.prepare_cached(&sql.queue_partitions).await?;
+                let registered: Option<i32> =
+                    tx.query_opt(&count, &[&queue]).await?.map(|row| row.get(0));
+                if let Some(error) = beyond(partition, registered) {
+                    return Ok(Err(error));
+                }
+                let ensure = tx.prepare_cached(&sql.ensure_partition).await?;
+                tx.execute(&ensure, &[&queue, &idx]).await?;
+                tx.query_one(&lock, &[&queue, &idx]).await?
+            }
+        };
+        if let Some(error) = beyond(partition, row.get(3)) {
+            return Ok(Err(error));
+        }
         let sequence: i64 = row.get(0);
-        Ok(Part {
+        Ok(Ok(Part {
             tx,
             sql,
             queue,
@@ -124,7 +154,8 @@ impl<'t, 'x> Part<'t, 'x> {
             locked_sequence: sequence,
             now_ms: from_db(row.get(1)),
             now_us: row.get(2),
-        })
+            paused: row.get(4),
+        }))
     }
 
     /// Writes back what changed in the partition's row.
@@ -164,12 +195,6 @@ impl<'t, 'x> Part<'t, 'x> {
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.queue, &self.idx];
         params.extend_from_slice(extra);
         self.tx.execute(&statement, &params).await
-    }
-
-    /// Whether the partition's queue is paused.
-    pub(super) async fn is_paused(&self) -> Result<bool, PgError> {
-        let statement = self.tx.prepare_cached(&self.sql.is_paused).await?;
-        Ok(self.tx.query_one(&statement, &[&self.queue]).await?.get(0))
     }
 
     async fn task(&self, id: &TaskId) -> Result<Option<TaskRow>, PgError> {
@@ -463,17 +488,21 @@ impl<'t, 'x> Part<'t, 'x> {
                 payload: Bytes::from(payload),
             });
         }
-        if !tasks.is_empty() {
+        let next_due_ms = if tasks.is_empty() {
+            self.first_time(&self.sql.next_due, &[]).await?
+        } else {
             let ids: Vec<&str> = tasks.iter().map(|task| task.id.as_str()).collect();
             let claims: Vec<i64> = tasks.iter().map(|task| to_db(task.token.claim)).collect();
             let lease = to_db(lease_deadline_ms);
-            self.exec(&self.sql.delete_superseded_many, &[&ids]).await?;
-            self.exec(&self.sql.mark_claimed, &[&ids, &claims, &lease])
-                .await?;
-            self.exec(&self.sql.store_receipt, &[&owner, &lease, &ids, &claims])
-                .await?;
-        }
-        let next_due_ms = self.first_time(&self.sql.next_due, &[]).await?;
+            // The sequence is written here, so `finish` has nothing left to write.
+            self.locked_sequence = self.sequence;
+            let sequence = self.sequence;
+            self.first_time(
+                &self.sql.mark_claimed,
+                &[&ids, &claims, &lease, &owner, &sequence],
+            )
+            .await?
+        };
         Ok(ClaimBatch {
             tasks,
             next_due_ms,
@@ -634,9 +663,55 @@ impl<'t, 'x> Part<'t, 'x> {
         Ok((lease, record))
     }
 
-    /// Completes the task behind `token`: `Ok(Ok(true))` completed, `Ok(Ok(false))`
-    /// superseded.
-    pub(super) async fn ack(
+    /// Completes the tasks behind `tokens` (a batch of concurrent acks of this partition):
+    /// one statement for every token that holds its lease, then the others one by one, in
+    /// order. `Ok(true)` completed, `Ok(false)` superseded, per token.
+    pub(super) async fn ack_many(
+        &self,
+        tokens: &[LeaseToken],
+        retention_ms: u64,
+    ) -> Result<Vec<Result<bool, StaleLease>>, PgError> {
+        let ids: Vec<&str> = tokens.iter().map(|token| token.id.as_str()).collect();
+        let generations: Vec<i64> = tokens.iter().map(|token| to_db(token.generation)).collect();
+        let claims: Vec<i64> = tokens.iter().map(|token| to_db(token.claim)).collect();
+        let now = to_db(self.now_ms);
+        let rows = if retention_ms == 0 {
+            self.query(
+                &self.sql.ack_held_unrecorded,
+                &[&ids, &generations, &claims],
+            )
+            .await?
+        } else {
+            self.query(&self.sql.ack_held, &[&ids, &generations, &claims, &now])
+                .await?
+        };
+        let mut completed: std::collections::HashSet<(String, i64, i64)> = rows
+            .iter()
+            .map(|row| {
+                let claim: Option<i64> = row.get(2);
+                (row.get(0), row.get(1), claim.unwrap_or(0))
+            })
+            .collect();
+        let mut outcomes = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            // The token that held its task's lease was completed by the statement (a repeat
+            // of it is answered by the full check, as an ack after that ack would be).
+            let key = (
+                token.id.as_str().to_owned(),
+                to_db(token.generation),
+                to_db(token.claim),
+            );
+            if completed.remove(&key) {
+                outcomes.push(Ok(true));
+            } else {
+                outcomes.push(self.ack_checked(token, retention_ms).await?);
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Completes the task behind `token` by the full lease check (the memory twin's `ack`).
+    async fn ack_checked(
         &self,
         token: &LeaseToken,
         retention_ms: u64,

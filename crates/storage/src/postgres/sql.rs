@@ -13,7 +13,8 @@ const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::int8";
 pub(crate) struct Sql {
     /// Creates the partition's row if missing. `$1 queue, $2 idx`.
     pub ensure_partition: String,
-    /// Locks the partition's row: `sequence, now_ms, now_us`. `$1, $2`.
+    /// Locks the partition's row: `sequence, now_ms, now_us, the queue's registered
+    /// partition count, whether the queue is paused`. `$1, $2`.
     pub lock_partition: String,
     /// Stores the sequence. `$1, $2, $3 sequence`.
     pub store_sequence: String,
@@ -58,12 +59,10 @@ pub(crate) struct Sql {
     /// Up to `$4` due pending tasks at or before `$3`, oldest first, locked: id, due_ms,
     /// attempt, generation, payload.
     pub due_tasks: String,
-    /// Moves claimed tasks in flight. `$1, $2, $3 ids, $4 claims, $5 lease`.
+    /// Moves claimed tasks in flight, forgets their superseded claims, keeps the claim's
+    /// receipt and the partition's sequence, and returns the earliest pending time left: one
+    /// statement. `$1, $2, $3 ids, $4 claims, $5 lease, $6 owner, $7 sequence`.
     pub mark_claimed: String,
-    /// Forgets the superseded claims of ids. `$1, $2, $3 ids`.
-    pub delete_superseded_many: String,
-    /// Keeps the receipt of a claim. `$1, $2, $3 owner, $4 lease, $5 ids, $6 claims`.
-    pub store_receipt: String,
     /// The receipt: owner, lease, ids, claims.
     pub select_receipt: String,
     /// The earliest pending time.
@@ -88,8 +87,12 @@ pub(crate) struct Sql {
     /// The ids of every dead letter of the partition.
     pub dead_ids: String,
 
-    /// Whether `$1` is paused.
-    pub is_paused: String,
+    /// Completes the held leases among the tokens `$3 ids, $4 generations, $5 claims` in one
+    /// statement: deletes each task a token holds and records it done at `$6`; returns the
+    /// `(id, generation, claim)` completed. `$1, $2`.
+    pub ack_held: String,
+    /// As `ack_held` without done records (retention 0): also forgets older ones.
+    pub ack_held_unrecorded: String,
 
     /// Whether the tick ledger has `$3`.
     pub tick_exists: String,
@@ -108,8 +111,10 @@ impl Sql {
                 "INSERT INTO {schema}.partitions (queue, idx) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             ),
             lock_partition: s(
-                "SELECT sequence, {now}, (extract(epoch FROM clock_timestamp()) * 1000000)::int8 \
-                 FROM {schema}.partitions WHERE queue = $1 AND idx = $2 FOR UPDATE",
+                "SELECT p.sequence, {now}, (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
+                 (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1), \
+                 EXISTS (SELECT 1 FROM {schema}.paused z WHERE z.queue = $1) \
+                 FROM {schema}.partitions p WHERE p.queue = $1 AND p.idx = $2 FOR UPDATE OF p",
             ),
             store_sequence: s(
                 "UPDATE {schema}.partitions SET sequence = $3 WHERE queue = $1 AND idx = $2",
@@ -183,17 +188,19 @@ impl Sql {
                  WHERE queue = $1 AND idx = $2 AND state = 'pending' AND at_ms <= $3 \
                  ORDER BY at_ms, id LIMIT $4 FOR UPDATE SKIP LOCKED",
             ),
+            // The statements of one WITH see one snapshot: the earliest pending time left
+            // leaves out the ids this claim takes.
             mark_claimed: s(
-                "UPDATE {schema}.tasks t SET state = 'inflight', at_ms = $5, claim = c.claim \
-                 FROM unnest($3::text[], $4::int8[]) AS c(id, claim) \
-                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = c.id",
-            ),
-            delete_superseded_many: s(
-                "DELETE FROM {schema}.superseded WHERE queue = $1 AND idx = $2 AND id = ANY($3)",
-            ),
-            store_receipt: s(
-                "UPDATE {schema}.partitions SET receipt_owner = $3, receipt_lease_ms = $4, \
-                 receipt_ids = $5, receipt_claims = $6 WHERE queue = $1 AND idx = $2",
+                "WITH claimed AS (UPDATE {schema}.tasks t SET state = 'inflight', at_ms = $5, \
+                 claim = c.claim FROM unnest($3::text[], $4::int8[]) AS c(id, claim) \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = c.id RETURNING 1), \
+                 forgotten AS (DELETE FROM {schema}.superseded WHERE queue = $1 AND idx = $2 \
+                 AND id = ANY($3) RETURNING 1), \
+                 receipt AS (UPDATE {schema}.partitions SET receipt_owner = $6, \
+                 receipt_lease_ms = $5, receipt_ids = $3, receipt_claims = $4, sequence = $7 \
+                 WHERE queue = $1 AND idx = $2 RETURNING 1) \
+                 SELECT min(at_ms) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
+                 AND state = 'pending' AND id <> ALL($3)",
             ),
             select_receipt: s(
                 "SELECT receipt_owner, receipt_lease_ms, receipt_ids, receipt_claims \
@@ -246,8 +253,30 @@ impl Sql {
                 "SELECT id FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND state = 'dead'",
             ),
 
-            is_paused: s("SELECT EXISTS (SELECT 1 FROM {schema}.paused WHERE queue = $1)"),
-
+            ack_held: s(
+                "WITH acked AS (DELETE FROM {schema}.tasks t \
+                 USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id AND t.state = 'inflight' \
+                 AND t.generation = k.generation AND t.claim = k.claim \
+                 RETURNING t.id, t.due_ms, t.scheduled_due_ms, t.attempt, t.generation, t.claim), \
+                 recorded AS (INSERT INTO {schema}.done (queue, idx, id, due_ms, scheduled_due_ms, \
+                 attempt, generation, completed_ms) SELECT $1, $2, id, due_ms, scheduled_due_ms, \
+                 attempt, generation, $6 FROM acked ON CONFLICT (queue, idx, id) DO UPDATE SET \
+                 due_ms = EXCLUDED.due_ms, scheduled_due_ms = EXCLUDED.scheduled_due_ms, \
+                 attempt = EXCLUDED.attempt, generation = EXCLUDED.generation, \
+                 completed_ms = EXCLUDED.completed_ms) \
+                 SELECT id, generation, claim FROM acked",
+            ),
+            ack_held_unrecorded: s(
+                "WITH acked AS (DELETE FROM {schema}.tasks t \
+                 USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id AND t.state = 'inflight' \
+                 AND t.generation = k.generation AND t.claim = k.claim \
+                 RETURNING t.id, t.generation, t.claim), \
+                 forgotten AS (DELETE FROM {schema}.done d USING acked \
+                 WHERE d.queue = $1 AND d.idx = $2 AND d.id = acked.id) \
+                 SELECT id, generation, claim FROM acked",
+            ),
             tick_exists: s(&format!(
                 "SELECT EXISTS (SELECT 1 FROM {{schema}}.ticks WHERE {task_key})"
             )),

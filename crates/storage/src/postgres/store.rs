@@ -36,6 +36,37 @@ fn stale(token: &LeaseToken) -> impl FnOnce(StaleLease) -> StorageError + '_ {
     }
 }
 
+/// The most items of one partition `schedule_many` writes in one transaction (a bound on how
+/// long the partition stays locked).
+const SCHEDULE_CHUNK: usize = 256;
+
+/// A copy of `error` (of `operation`) for each item of a group that failed together.
+fn copy_error(error: &StorageError, operation: &'static str) -> StorageError {
+    match error {
+        StorageError::NoSuchPartition {
+            queue,
+            index,
+            partitions,
+        } => StorageError::NoSuchPartition {
+            queue: queue.clone(),
+            index: *index,
+            partitions: *partitions,
+        },
+        StorageError::ConnectionLost { operation, message } => StorageError::ConnectionLost {
+            operation,
+            message: message.clone(),
+        },
+        StorageError::Timeout { operation, message } => StorageError::Timeout {
+            operation,
+            message: message.clone(),
+        },
+        other => StorageError::Backend {
+            operation,
+            message: other.to_string(),
+        },
+    }
+}
+
 /// The key of the advisory lock that serializes a queue's global slots.
 fn slots_lock_key(queue: &QueueName) -> i64 {
     crate::hash::stable_hash(format!("delayq.global_slots.{queue}").as_bytes()) as i64
@@ -43,7 +74,7 @@ fn slots_lock_key(queue: &QueueName) -> i64 {
 
 impl PostgresStore {
     /// Runs `work` on `partition` locked, in one transaction (retried whole on a transient
-    /// failure). Fails with `NoSuchPartition` first when the queue has fewer partitions.
+    /// failure). Fails with `NoSuchPartition` when the queue has fewer partitions.
     pub(super) async fn in_partition<T, F>(
         &self,
         operation: &'static str,
@@ -58,7 +89,6 @@ impl PostgresStore {
             + Clone
             + 'static,
     {
-        self.check_partition(operation, partition).await?;
         let sql = self.inner.sql.clone();
         let partition = partition.clone();
         self.inner
@@ -68,50 +98,17 @@ impl PostgresStore {
                 let sql = sql.clone();
                 let partition = partition.clone();
                 Box::pin(async move {
-                    let mut part = Part::lock(tx, sql, &partition).await?;
+                    let mut part = match Part::lock(tx, sql, &partition).await? {
+                        Ok(part) => part,
+                        Err(refused) => return Ok(Err(refused)),
+                    };
                     let value = work(&mut part).await?;
                     part.finish().await?;
-                    Ok(value)
+                    Ok(Ok(value))
                 })
             })
             .await
-            .map_err(|error| from_layer(operation, error))
-    }
-
-    /// `NoSuchPartition` when the queue is registered with fewer partitions.
-    async fn check_partition(
-        &self,
-        operation: &'static str,
-        partition: &Partition,
-    ) -> StorageResult<()> {
-        let sql = self.inner.sql.queue_partitions.clone();
-        let queue = partition.queue.as_str().to_owned();
-        let recorded: Option<i32> = self
-            .inner
-            .database
-            .run(operation, move |client| {
-                let sql = sql.clone();
-                let queue = queue.clone();
-                Box::pin(async move {
-                    let statement = client.prepare_cached(&sql).await?;
-                    Ok(client
-                        .query_opt(&statement, &[&queue])
-                        .await?
-                        .map(|row| row.get(0)))
-                })
-            })
-            .await
-            .map_err(|error| from_layer(operation, error))?;
-        match recorded {
-            Some(partitions) if i64::from(partition.index) >= i64::from(partitions) => {
-                Err(StorageError::NoSuchPartition {
-                    queue: partition.queue.to_string(),
-                    index: partition.index,
-                    partitions: u32::try_from(partitions).unwrap_or(0),
-                })
-            }
-            _ => Ok(()),
-        }
+            .map_err(|error| from_layer(operation, error))?
     }
 
     /// Runs `work` in a transaction of its own (for what spans no partition).
@@ -165,6 +162,37 @@ impl PostgresStore {
             Box::pin(async move { part.schedule(&task, mode, retention).await })
         })
         .await
+    }
+
+    /// Acks `tokens` of `partition` in one transaction; one result per token, in order.
+    async fn ack_batch(
+        &self,
+        partition: Partition,
+        tokens: Vec<LeaseToken>,
+    ) -> Vec<StorageResult<AckOutcome>> {
+        let retention = self.retention_ms();
+        let owned = tokens.clone();
+        let outcome = self
+            .in_partition("ack", &partition, move |part| {
+                let tokens = owned.clone();
+                Box::pin(async move { part.ack_many(&tokens, retention).await })
+            })
+            .await;
+        match outcome {
+            Ok(outcomes) => outcomes
+                .into_iter()
+                .zip(&tokens)
+                .map(|(outcome, token)| match outcome {
+                    Ok(true) => Ok(AckOutcome::Completed),
+                    Ok(false) => Ok(AckOutcome::Superseded),
+                    Err(refused) => Err(stale(token)(refused)),
+                })
+                .collect(),
+            Err(error) => tokens
+                .iter()
+                .map(|_| Err(copy_error(&error, "ack")))
+                .collect(),
+        }
     }
 
     pub(super) fn retention_ms(&self) -> u64 {
@@ -258,11 +286,58 @@ impl TaskStore for PostgresStore {
         items: Vec<(Partition, NewTask)>,
         mode: ScheduleMode,
     ) -> StorageResult<Vec<ItemResult>> {
-        let mut results = Vec::with_capacity(items.len());
-        for (partition, task) in items {
-            results.push(self.schedule_one(&partition, task, mode).await);
+        // Valid items grouped by partition, each group (in chunks) one transaction on its
+        // locked partition; results go back in the order given.
+        let mut results: Vec<Option<ItemResult>> = (0..items.len()).map(|_| None).collect();
+        let mut groups: std::collections::BTreeMap<Partition, Vec<(usize, NewTask)>> =
+            std::collections::BTreeMap::new();
+        for (index, (partition, task)) in items.into_iter().enumerate() {
+            match self.validate(&task) {
+                Ok(()) => groups.entry(partition).or_default().push((index, task)),
+                Err(error) => results[index] = Some(Err(error)),
+            }
         }
-        Ok(results)
+        let retention = self.retention_ms();
+        for (partition, group) in groups {
+            for chunk in group.chunks(SCHEDULE_CHUNK) {
+                let tasks: Vec<NewTask> = chunk.iter().map(|(_, task)| task.clone()).collect();
+                let outcome = self
+                    .in_partition("schedule_many", &partition, move |part| {
+                        let tasks = tasks.clone();
+                        Box::pin(async move {
+                            let mut outcomes = Vec::with_capacity(tasks.len());
+                            for task in &tasks {
+                                outcomes.push(part.schedule(task, mode, retention).await?);
+                            }
+                            Ok(outcomes)
+                        })
+                    })
+                    .await;
+                match outcome {
+                    Ok(outcomes) => {
+                        for ((index, _), outcome) in chunk.iter().zip(outcomes) {
+                            results[*index] = Some(Ok(outcome));
+                        }
+                    }
+                    Err(error) => {
+                        for (index, _) in chunk {
+                            results[*index] = Some(Err(copy_error(&error, "schedule_many")));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|result| {
+                result.unwrap_or_else(|| {
+                    Err(StorageError::Backend {
+                        operation: "schedule_many",
+                        message: "an item was not scheduled".to_owned(),
+                    })
+                })
+            })
+            .collect())
     }
 
     async fn cancel(&self, partition: &Partition, id: &TaskId) -> StorageResult<Cancel> {
@@ -301,7 +376,7 @@ impl TaskStore for PostgresStore {
             Box::pin(async move {
                 // Read under the partition's lock: a pause that committed is seen (set_paused
                 // locks every partition of the queue).
-                if part.is_paused().await? {
+                if part.paused {
                     return Ok(ClaimBatch {
                         paused: true,
                         ..ClaimBatch::default()
@@ -357,20 +432,19 @@ impl TaskStore for PostgresStore {
     }
 
     async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
-        let retention = self.retention_ms();
-        let owned = token.clone();
-        let completed = self
-            .in_partition("ack", &token.partition, move |part| {
-                let token = owned.clone();
-                Box::pin(async move { part.ack(&token, retention).await })
-            })
-            .await?;
-        let completed = completed.map_err(stale(token))?;
-        Ok(if completed {
-            AckOutcome::Completed
-        } else {
-            AckOutcome::Superseded
-        })
+        let store = self.clone();
+        self.inner
+            .acks
+            .submit(
+                "ack",
+                token.partition.clone(),
+                token.clone(),
+                move |partition, tokens| {
+                    let store = store.clone();
+                    async move { store.ack_batch(partition, tokens).await }
+                },
+            )
+            .await
     }
 
     async fn fail(

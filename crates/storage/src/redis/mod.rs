@@ -83,7 +83,7 @@
 //! are not (their fate is unknown after a lost connection, and the error says so).
 
 mod admin;
-mod batch;
+pub(crate) mod batch;
 mod claim;
 mod connection;
 mod controls;

@@ -1,6 +1,6 @@
 //! The twin as a model (issue 17, item 14): random sequences of store operations run against
-//! the Redis store and the memory store side by side; every answer and the final state must
-//! be the same. On a difference, proptest shrinks the sequence to a minimal one, and the test
+//! a real store (Redis, and PostgreSQL since issue 25) and the memory store side by side; every
+//! answer and the final state must be the same. On a difference, proptest shrinks the sequence to a minimal one, and the test
 //! fails with that sequence's transcript (each operation, resolved, with both answers).
 //!
 //! # What a case is
@@ -36,7 +36,8 @@
 //! store's system clock): see [`normal`] for how the stamps are compared.
 //!
 //! # Running it
-//! Each case gets a fresh key prefix (`model-<case>`) on one private `redis-server` and a
+//! Each case gets a fresh key prefix (`model-<case>`) on one private `redis-server` (on
+//! PostgreSQL: one schema on one private `postgres`, its tables emptied before each case) and a
 //! fresh memory store. `DELAYQ_MODEL_CASES` (default 200) and `DELAYQ_MODEL_OPS` (default 40)
 //! size the run; the seed is random and printed, and `DELAYQ_MODEL_SEED=<n>` replays a run
 //! (the same cases, and the same shrinking unless timing decides, as for `recover_claim`); `DELAYQ_MODEL_TRACE=1` prints every case's
@@ -59,8 +60,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use delayq_storage::{MemoryStore, RedisStore, RedisStoreOptions, StoreOptions};
-use delayq_testkit::RedisServer;
+use std::future::Future;
+use std::pin::Pin;
+
+use delayq_storage::{
+    MemoryStore, PostgresStore, PostgresStoreOptions, RedisStore, RedisStoreOptions, StoreOptions,
+    TaskStore,
+};
+use delayq_testkit::{PostgresServer, RedisServer};
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use crate::ops::{Op, Universe, BASE, MAX_PAYLOAD};
@@ -91,25 +98,28 @@ type Coverage = Mutex<BTreeMap<String, usize>>;
 struct Transcript<'a> {
     lines: String,
     coverage: &'a Coverage,
+    /// The real backend's name.
+    real: &'static str,
 }
 
 impl Transcript<'_> {
     /// Adds `step`; a difference ends the case with the transcript so far.
     fn check(&mut self, label: &str, step: Step) -> Result<(), String> {
-        if step.redis == step.memory {
+        if step.real == step.memory {
             let mut coverage = self.coverage.lock().unwrap_or_else(PoisonError::into_inner);
-            for outcome in step.redis.coverage() {
+            for outcome in step.real.coverage() {
                 *coverage.entry(outcome).or_default() += 1;
             }
-            let answer = readable(&format!("{:?}", step.redis));
+            let answer = readable(&format!("{:?}", step.real));
             let _ = writeln!(self.lines, "{label} {} -> {answer}", step.what);
             return Ok(());
         }
         let _ = writeln!(
             self.lines,
-            "{label} {}\n    redis:  {}\n    memory: {}\n    ^^^ the stores differ",
+            "{label} {}\n    {:<7} {}\n    memory: {}\n    ^^^ the stores differ",
             step.what,
-            readable(&format!("{:?}", step.redis)),
+            format!("{}:", self.real),
+            readable(&format!("{:?}", step.real)),
             readable(&format!("{:?}", step.memory)),
         );
         Err(std::mem::take(&mut self.lines))
@@ -141,9 +151,14 @@ fn readable(text: &str) -> String {
     out
 }
 
-/// Runs one case: a fresh prefix and a fresh memory store, the operations, the final state.
+/// A fresh, empty real store for one case (its number) with these options.
+type MakeReal = dyn Fn(usize, StoreOptions) -> Pin<Box<dyn Future<Output = Result<Box<dyn TaskStore>, String>>>>
+    + Sync;
+
+/// Runs one case: a fresh real store and a fresh memory store, the operations, the final
+/// state.
 async fn run_case(
-    url: &str,
+    real: (&'static str, &MakeReal),
     case: usize,
     universe: &Universe,
     ops: &[Op],
@@ -154,17 +169,13 @@ async fn run_case(
         executed_retention_ms: universe.retention_ms,
         max_claim_bytes: universe.max_claim_bytes,
     };
-    let redis = RedisStore::connect(RedisStoreOptions {
-        key_prefix: format!("model-{case}"),
-        store: options,
-        ..RedisStoreOptions::standalone(url)
-    })
-    .await
-    .map_err(|error| format!("connect to {url}: {error}"))?;
-    let mut twins = Twins::new(redis, MemoryStore::new(options), universe);
+    let (name, make) = real;
+    let store = make(case, options).await?;
+    let mut twins = Twins::new(name, store, MemoryStore::new(options), universe);
     let mut transcript = Transcript {
         lines: String::new(),
         coverage,
+        real: name,
     };
     let _ = writeln!(transcript.lines, "{universe:?}");
     for step in twins.setup().await {
@@ -213,7 +224,68 @@ fn drop_needless(
 
 #[test]
 fn redis_and_memory_answer_every_operation_sequence_alike() {
-    let cases = env_number("DELAYQ_MODEL_CASES", DEFAULT_CASES);
+    let server = RedisServer::start();
+    let url = server.url();
+    let make = move |case: usize, options: StoreOptions| {
+        let url = url.clone();
+        Box::pin(async move {
+            let store = RedisStore::connect(RedisStoreOptions {
+                key_prefix: format!("model-{case}"),
+                store: options,
+                ..RedisStoreOptions::standalone(&url)
+            })
+            .await
+            .map_err(|error| format!("connect to {url}: {error}"))?;
+            Ok(Box::new(store) as Box<dyn TaskStore>)
+        }) as Pin<Box<dyn Future<Output = Result<Box<dyn TaskStore>, String>>>>
+    };
+    run_model("redis", &make, DEFAULT_CASES, || server.log());
+}
+
+/// Cases run on PostgreSQL by default: each operation is a transaction, slower than a script.
+const DEFAULT_POSTGRES_CASES: u32 = 60;
+
+#[test]
+fn postgres_and_memory_answer_every_operation_sequence_alike() {
+    let server = PostgresServer::start();
+    let url = server.url();
+    let make = move |_case: usize, options: StoreOptions| {
+        let url = url.clone();
+        Box::pin(async move {
+            let mut settings = PostgresStoreOptions::new(&url);
+            settings.postgres.schema = "model".to_owned();
+            settings.store = options;
+            let store = PostgresStore::connect(settings)
+                .await
+                .map_err(|error| format!("connect to postgres: {error}"))?;
+            // One schema for the run, emptied for each case (faster than a schema each).
+            store
+                .database()
+                .run("empty the model schema", |client| {
+                    Box::pin(async move {
+                        client
+                            .batch_execute(
+                                "TRUNCATE model.queues, model.partitions, model.tasks, \
+                                 model.superseded, model.done, model.ticks, model.paused, \
+                                 model.rate_windows, model.global_slots, model.recurring",
+                            )
+                            .await
+                    })
+                })
+                .await
+                .map_err(|error| format!("empty the schema: {error}"))?;
+            Ok(Box::new(store) as Box<dyn TaskStore>)
+        }) as Pin<Box<dyn Future<Output = Result<Box<dyn TaskStore>, String>>>>
+    };
+    run_model("postgres", &make, DEFAULT_POSTGRES_CASES, || {
+        server.log_tail(40)
+    });
+}
+
+/// Runs the model against `real` (made fresh per case by `make`), `default_cases` cases
+/// unless `DELAYQ_MODEL_CASES` says otherwise; `log` is the server's log for a failure.
+fn run_model(real: &'static str, make: &MakeReal, default_cases: u32, log: impl Fn() -> String) {
+    let cases = env_number("DELAYQ_MODEL_CASES", default_cases);
     let max_ops = env_number("DELAYQ_MODEL_OPS", DEFAULT_OPS);
     let seed = env_number("DELAYQ_MODEL_SEED", {
         let nanos = SystemTime::now()
@@ -223,11 +295,9 @@ fn redis_and_memory_answer_every_operation_sequence_alike() {
         nanos ^ u64::from(std::process::id()).rotate_left(32)
     });
     eprintln!(
-        "twin model: {cases} cases of up to {max_ops} operations, seed {seed} \
+        "twin model ({real}): {cases} cases of up to {max_ops} operations, seed {seed} \
          (DELAYQ_MODEL_SEED={seed} replays this run)"
     );
-    let server = RedisServer::start();
-    let url = server.url();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -248,7 +318,7 @@ fn redis_and_memory_answer_every_operation_sequence_alike() {
     let coverage = Coverage::default();
     let run = |universe: &Universe, ops: &[Op]| {
         let case = runs.fetch_add(1, Ordering::Relaxed);
-        runtime.block_on(run_case(&url, case, universe, ops, &coverage))
+        runtime.block_on(run_case((real, make), case, universe, ops, &coverage))
     };
     let started = Instant::now();
     let outcome = runner.run(&ops::case(max_ops), |(universe, ops)| {
@@ -265,7 +335,7 @@ fn redis_and_memory_answer_every_operation_sequence_alike() {
                 .map(|(outcome, count)| format!("  {count:>6}  {outcome}"))
                 .collect();
             eprintln!(
-                "twin model: {cases} cases agreed ({runs} runs) in {:.1?}; outcomes seen:\n{}",
+                "twin model ({real}): {cases} cases agreed ({runs} runs) in {:.1?}; outcomes seen:\n{}",
                 started.elapsed(),
                 seen.join("\n")
             );
@@ -277,15 +347,15 @@ fn redis_and_memory_answer_every_operation_sequence_alike() {
                 transcript.message().to_owned(),
             );
             panic!(
-                "the Redis and memory stores differ (seed {seed}; {} runs, shrinking included, \
+                "the {real} and memory stores differ (seed {seed}; {} runs, shrinking included, \
                  in {:.1?}). Minimal sequence, {} operations:\n{transcript}\n\
-                 as drawn: {universe:?}\n{ops:?}\nredis-server log:\n{}",
+                 as drawn: {universe:?}\n{ops:?}\n{real} server log:\n{}",
                 runs.load(Ordering::Relaxed),
                 started.elapsed(),
                 ops.len(),
-                server.log()
+                log()
             )
         }
-        Err(TestError::Abort(why)) => panic!("twin model aborted (seed {seed}): {why}"),
+        Err(TestError::Abort(why)) => panic!("twin model ({real}) aborted (seed {seed}): {why}"),
     }
 }

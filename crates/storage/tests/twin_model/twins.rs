@@ -1,14 +1,14 @@
-//! The two stores side by side: every operation goes to the Redis store, then to the memory
-//! store, with the same arguments and the same explicit times, and both answers come back
-//! normalised ([`Step`]).
+//! The two stores side by side: every operation goes to the real store (Redis or
+//! PostgreSQL), then to the memory store, with the same arguments and the same explicit times,
+//! and both answers come back normalised ([`Step`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use delayq_storage::{
-    partition_of, LeaseToken, MemoryStore, NewTask, Partition, QueueName, RedisStore, TaskId,
-    TaskStore, MAX_DUE_MS,
+    partition_of, LeaseToken, MemoryStore, NewTask, Partition, QueueName, TaskId, TaskStore,
+    MAX_DUE_MS,
 };
 
 use crate::normal::{res, Answer, Checkpoints, Generations, Normaliser};
@@ -24,26 +24,19 @@ const ALL: usize = 1_000;
 /// does not see that difference (which only shows after the lease).
 const RECEIPT_FRESH_MS: u64 = 500;
 
-/// Redis first, memory second: the index of a backend in the pairs below.
-const SIDES: [&str; 2] = ["redis", "memory"];
-
 /// One operation as both stores answered it.
 pub struct Step {
     /// The operation with its arguments resolved, for the transcript.
     pub what: String,
-    /// The Redis store's answer.
-    pub redis: Answer,
+    /// The real store's answer.
+    pub real: Answer,
     /// The memory store's answer.
     pub memory: Answer,
 }
 
 impl Step {
-    fn new(what: String, [redis, memory]: [Answer; 2]) -> Self {
-        Step {
-            what,
-            redis,
-            memory,
-        }
+    fn new(what: String, [real, memory]: [Answer; 2]) -> Self {
+        Step { what, real, memory }
     }
 }
 
@@ -57,10 +50,12 @@ struct Lease {
     tokens: [LeaseToken; 2],
 }
 
-/// The Redis store and the memory store, and what the runner knows of the case.
+/// The real store (first) and the memory store (second), and what the runner knows of the case.
 pub struct Twins {
-    redis: RedisStore,
+    real: Box<dyn TaskStore>,
     memory: MemoryStore,
+    /// The names of the two sides, for messages: the real backend's, then `memory`.
+    sides: [&'static str; 2],
     queues: Vec<(QueueName, u32)>,
     /// The logical `now` every timed call gets.
     now_ms: u64,
@@ -75,14 +70,14 @@ pub struct Twins {
     checkpoints: Checkpoints,
 }
 
-/// Runs `$body` with `$store` bound to each store (Redis first) and `$side` to its index,
-/// and returns both results.
+/// Runs `$body` with `$store` bound to each store (the real one first) and `$side` to its
+/// index, and returns both results.
 macro_rules! each {
     ($twins:expr, |$store:ident, $side:ident| $body:expr) => {{
-        let redis = {
+        let real = {
             let $side: usize = 0;
             let _ = $side;
-            let $store: &dyn TaskStore = &$twins.redis;
+            let $store: &dyn TaskStore = &*$twins.real;
             $body
         };
         let memory = {
@@ -91,7 +86,7 @@ macro_rules! each {
             let $store: &dyn TaskStore = &$twins.memory;
             $body
         };
-        [redis, memory]
+        [real, memory]
     }};
 }
 
@@ -130,8 +125,14 @@ fn t(ms: u64) -> String {
 }
 
 impl Twins {
-    /// Both stores, fresh and empty, with the universe's queues not yet registered.
-    pub fn new(redis: RedisStore, memory: MemoryStore, universe: &Universe) -> Self {
+    /// Both stores, fresh and empty, with the universe's queues not yet registered; `name`
+    /// names the real one in messages.
+    pub fn new(
+        name: &'static str,
+        real: Box<dyn TaskStore>,
+        memory: MemoryStore,
+        universe: &Universe,
+    ) -> Self {
         let queues = universe
             .partitions
             .iter()
@@ -142,8 +143,9 @@ impl Twins {
             })
             .collect();
         Twins {
-            redis,
+            real,
             memory,
+            sides: [name, "memory"],
             queues,
             now_ms: BASE + START_SLOT * SLOT,
             leases: Vec::new(),
@@ -162,7 +164,7 @@ impl Twins {
 
     /// Generations that went back, per store: a defect of that store alone.
     pub fn violations(&self) -> Vec<String> {
-        SIDES
+        self.sides
             .iter()
             .zip(&self.generations)
             .flat_map(|(side, generations)| {
@@ -187,10 +189,10 @@ impl Twins {
         raw: [T; 2],
         f: impl Fn(&mut Normaliser<'_>, T) -> Answer,
     ) -> [Answer; 2] {
-        let [redis, memory] = raw;
-        let redis = f(&mut self.normaliser(0), redis);
+        let [real, memory] = raw;
+        let real = f(&mut self.normaliser(0), real);
         let memory = f(&mut self.normaliser(1), memory);
-        [redis, memory]
+        [real, memory]
     }
 
     fn queue(&self, queue: u8) -> (QueueName, u32) {

@@ -93,12 +93,12 @@ impl Twins {
                 let raw = each!(self, |store, side| store
                     .claim_due(&partition, now_ms, usize::from(limit), deadline_ms, owner)
                     .await);
-                if let [Ok(redis), Ok(memory)] = &raw {
-                    if !redis.tasks.is_empty() || !memory.tasks.is_empty() {
+                if let [Ok(real), Ok(memory)] = &raw {
+                    if !real.tasks.is_empty() || !memory.tasks.is_empty() {
                         let claimed_at = self.checkpoints.start_of(n);
                         self.receipts.insert(partition.clone(), claimed_at);
                     }
-                    for (r, m) in redis.tasks.iter().zip(&memory.tasks) {
+                    for (r, m) in real.tasks.iter().zip(&memory.tasks) {
                         self.leases.push(Lease {
                             partition: partition.clone(),
                             owner,
