@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use axum::http::HeaderMap;
 use axum::Json;
 use bytes::Bytes;
-use delayq_engine::{ScheduleMode, ScheduleRequest, When};
+use delayq_engine::{ScheduleMode, ScheduleRequest, TraceParent, When};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -72,13 +73,28 @@ impl TaskBody {
     }
 }
 
+/// The request's W3C `traceparent` header, which the fire's span links to. One that does not
+/// parse is ignored, as the trace context specification says (tracing never fails a
+/// schedule).
+fn traceparent_of(headers: &HeaderMap) -> Option<TraceParent> {
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    match TraceParent::parse(value) {
+        Ok(parent) => Some(parent),
+        Err(error) => {
+            tracing::debug!(%error, "ignoring the request's traceparent");
+            None
+        }
+    }
+}
+
 /// Schedules one task in its mode (replace by default); answers as `delayq schedule`.
-#[utoipa::path(put, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "schedule_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
+#[utoipa::path(put, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "schedule_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id"), ("traceparent" = Option<String>, Header, description = "W3C trace context of the caller: the fire's span links to it (ignored when malformed)")),
     request_body(content = TaskBody, description = "Exactly one of delay_ms, due_ms, in (a duration like \"30s\") and at (RFC 3339); an optional payload and mode (replace, if_absent, earlier, later); id, when given, must be the path's"),
     responses((status = 200, description = "Scheduled: {\"queue\",\"id\",\"due_ms\",\"replaced\",\"duplicate\",\"kept\"} as `delayq schedule --json`", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
+    headers: HeaderMap,
     Body(body): Body<TaskBody>,
 ) -> Result<Json<Value>, ApiError> {
     task_ref(&queue, &id)?;
@@ -91,10 +107,10 @@ pub(crate) async fn schedule(
     let when = body.when().map_err(ApiError::bad_request)?;
     let mode = body.mode().map_err(ApiError::bad_request)?;
     let payload = Bytes::from(body.payload.unwrap_or_default());
-    let scheduled = state
-        .scheduler
-        .schedule_with(&queue, &id, when, payload, mode)
-        .await?;
+    let request = ScheduleRequest::new(id, when, payload)
+        .with_mode(mode)
+        .with_traceparent(traceparent_of(&headers));
+    let scheduled = state.scheduler.schedule_request(&queue, request).await?;
     Ok(Json(json!(scheduled)))
 }
 
@@ -102,15 +118,17 @@ pub(crate) async fn schedule(
 /// `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
 /// prints, plus `"errors":[{"index","error"}]`. A bad item (a bad mode too) fails alone,
 /// reported by its index.
-#[utoipa::path(post, path = "/queues/{queue}/tasks", tag = "tasks", operation_id = "schedule_tasks", params(("queue" = String, Path, description = "The queue")),
+#[utoipa::path(post, path = "/queues/{queue}/tasks", tag = "tasks", operation_id = "schedule_tasks", params(("queue" = String, Path, description = "The queue"), ("traceparent" = Option<String>, Header, description = "W3C trace context of the caller: every task's fire links to it (ignored when malformed)")),
     request_body(content = Vec<TaskBody>, description = "At most 10,000 tasks (more is a 400), each with its id, one of delay_ms, due_ms, in, at, and an optional mode"),
     responses((status = 200, description = "{\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\",\"errors\":[{\"index\",\"error\"}],\"errors_truncated\"}: a bad item fails alone; errors lists the first 100 failed items, failed counts them all", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule_many(
     state: State,
     PathParams(queue): PathParams<String>,
+    headers: HeaderMap,
     Body(BulkItems(items)): Body<BulkItems>,
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
+    let traceparent = traceparent_of(&headers);
     let mut errors = Vec::new();
     let mut requests = Vec::new();
     let mut indexes = Vec::new();
@@ -129,6 +147,7 @@ pub(crate) async fn schedule_many(
                     when,
                     payload: Bytes::from(item.payload.unwrap_or_default()),
                     mode,
+                    traceparent: traceparent.clone(),
                 });
             }
             Err(error) => errors.push(json!({ "index": index, "error": error })),
