@@ -2,11 +2,14 @@
 //! each fire's span over OTLP/HTTP (decoded here with the `opentelemetry-proto` types): a
 //! consumer span `process <queue>` with the OpenTelemetry messaging attributes, whose
 //! `traceparent` `--handler http` sends to the receiver and `--handler exec` hands to the
-//! command as `TRACEPARENT`. Without it, nothing is exported and no `traceparent` is sent.
+//! command as `TRACEPARENT`, and which links to the trace that scheduled the task (an HTTP
+//! request's `traceparent` header to another process, `delayq serve`, or `delayq schedule
+//! --traceparent`). Without it, nothing is exported and no `traceparent` is sent.
 
 mod common;
+mod e2e_http_support;
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::recorder::{self, Answer, Recorded, Requests};
 use common::{wait_until, Env, NodeProcess};
@@ -171,6 +174,7 @@ fn the_fire_span_is_exported_and_its_traceparent_sent_with_the_webhook() {
 
     let fire = wait_for_fire_span(&collector, "hooks", "traced-1");
     assert_fire_span(&fire, "hooks", "traced-1");
+    assert!(fire.span.links.is_empty(), "scheduled untraced: {fire:?}");
     let hooks = hooks.lock().expect("hooks lock").clone();
     assert_eq!(hooks.len(), 1, "{hooks:?}");
     assert_eq!(
@@ -223,5 +227,147 @@ fn without_an_otlp_endpoint_nothing_is_exported_and_no_traceparent_sent() {
         !node.stderr_text().contains("OTLP"),
         "{}",
         node.stderr_text()
+    );
+}
+
+/// A fresh W3C traceparent: `(header value, trace id hex, span id hex)`.
+fn new_traceparent(salt: u64) -> (String, String, String) {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64;
+    let trace_id = format!(
+        "{nanos:016x}{:016x}",
+        salt.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+    );
+    let span_id = format!("{:016x}", nanos ^ salt | 1);
+    (format!("00-{trace_id}-{span_id}-01"), trace_id, span_id)
+}
+
+/// `method url` with a JSON body and a `traceparent` header; the status.
+fn call_with_traceparent(
+    method: &str,
+    url: &str,
+    body: serde_json::Value,
+    traceparent: &str,
+) -> u16 {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for the HTTP client");
+    runtime.block_on(async {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+        reqwest::Client::new()
+            .request(method, url)
+            .header("traceparent", traceparent)
+            .json(&body)
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .expect("the API answers")
+            .status()
+            .as_u16()
+    })
+}
+
+/// Whether `fire` links to the span `(trace id, span id)`.
+fn links_to(fire: &Exported, trace_id: &str, span_id: &str) -> bool {
+    fire.span
+        .links
+        .iter()
+        .any(|link| hex(&link.trace_id) == trace_id && hex(&link.span_id) == span_id)
+}
+
+#[test]
+fn the_fire_links_to_the_trace_that_scheduled_it_from_another_process() {
+    let env = Env::start(QUEUES);
+    let (collector_url, collector) = start_collector();
+    let (hook_url, hooks) = start_receiver();
+    // The node fires; `delayq serve` (an API tier) and `delayq schedule` schedule.
+    let _node = spawn_traced_node(
+        &env,
+        &collector_url,
+        &["--handler", "http", "--url", &hook_url],
+    );
+    let serve = e2e_http_support::Serve::start(&env, &["--listen", "127.0.0.1:0"], &[]);
+    let (put, put_trace, put_span) = new_traceparent(1);
+    let status = call_with_traceparent(
+        "PUT",
+        &format!("{}/v1/queues/hooks/tasks/linked-put", serve.url),
+        serde_json::json!({ "delay_ms": 300 }),
+        &put,
+    );
+    assert_eq!(status, 200);
+    let (bulk, bulk_trace, bulk_span) = new_traceparent(2);
+    let status = call_with_traceparent(
+        "POST",
+        &format!("{}/v1/queues/hooks/tasks", serve.url),
+        serde_json::json!([{ "id": "linked-bulk", "delay_ms": 300 }]),
+        &bulk,
+    );
+    assert_eq!(status, 200);
+    let (cli, cli_trace, cli_span) = new_traceparent(3);
+    env.json(&[
+        "schedule",
+        "hooks",
+        "linked-cli",
+        "--in",
+        "300ms",
+        "--traceparent",
+        &cli,
+    ]);
+
+    for (id, trace_id, span_id) in [
+        ("linked-put", &put_trace, &put_span),
+        ("linked-bulk", &bulk_trace, &bulk_span),
+        ("linked-cli", &cli_trace, &cli_span),
+    ] {
+        let fire = wait_for_fire_span(&collector, "hooks", id);
+        assert_fire_span(&fire, "hooks", id);
+        assert!(
+            links_to(&fire, trace_id, span_id),
+            "{id}: the fire's span links to the schedule's {trace_id}/{span_id}: {:?}",
+            fire.span.links
+        );
+        assert_ne!(hex(&fire.span.trace_id), *trace_id, "a link, not a parent");
+        let hook = hooks
+            .lock()
+            .expect("hooks lock")
+            .iter()
+            .find(|hook| {
+                serde_json::from_slice::<serde_json::Value>(&hook.body)
+                    .is_ok_and(|body| body["id"] == id)
+            })
+            .cloned()
+            .expect("the webhook");
+        assert_eq!(hook.headers.get("traceparent"), Some(&fire.traceparent()));
+    }
+
+    // A malformed traceparent is ignored: the task is scheduled, its fire links to nothing.
+    let status = call_with_traceparent(
+        "PUT",
+        &format!("{}/v1/queues/hooks/tasks/badly-traced", serve.url),
+        serde_json::json!({ "delay_ms": 100 }),
+        "00-not-a-trace-01",
+    );
+    assert_eq!(status, 200);
+    let fire = wait_for_fire_span(&collector, "hooks", "badly-traced");
+    assert!(fire.span.links.is_empty(), "{fire:?}");
+    // The command line refuses one, naming the value.
+    let output = env.run(&[
+        "schedule",
+        "hooks",
+        "x",
+        "--in",
+        "1s",
+        "--traceparent",
+        "00-nope",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("invalid traceparent \"00-nope\""),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
     );
 }

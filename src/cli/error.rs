@@ -116,6 +116,7 @@ fn is_input_error(error: &StorageError) -> bool {
         error,
         StorageError::InvalidQueueName { .. }
             | StorageError::InvalidTaskId { .. }
+            | StorageError::InvalidTraceParent { .. }
             | StorageError::InvalidDue { .. }
             | StorageError::PayloadTooLarge { .. }
             | StorageError::InvalidPartitionCount { .. }

@@ -365,6 +365,7 @@ fn parse_line(raw: &[u8], default_mode: ScheduleMode) -> Result<Option<ScheduleR
         when,
         payload: Bytes::from(line.payload.unwrap_or_default()),
         mode,
+        traceparent: None,
     }))
 }
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use delayq_engine::config::Config;
-use delayq_engine::{ScheduleMode, Scheduled, When};
+use delayq_engine::{ScheduleMode, ScheduleRequest, Scheduled, TraceParent, When};
 
 use super::error::CliResult;
 use super::output::print_json;
@@ -17,6 +17,9 @@ Examples:
   delayq schedule device-offline dev-7 --in 90s              # each heartbeat moves it (replace)
   delayq schedule reminders r-7 --at 2030-01-01T09:00:00+02:00
   delayq schedule reminders r-8 --at 1893488400000
+  delayq schedule orders o-9 --in 1h --traceparent 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+      the fire's span (exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set on the
+      nodes) links to this trace context
   printf '{\"id\":\"a\",\"delay_ms\":500}\\n{\"id\":\"b\",\"due_ms\":1893488400000,\"payload\":\"x\",\"mode\":\"earlier\"}\\n' \\
     | delayq schedule order-timeout --from -
 
@@ -77,6 +80,10 @@ pub struct ScheduleArgs {
     /// Load many tasks from JSON lines in FILE (`-` for stdin) instead.
     #[arg(long, value_name = "FILE|-", conflicts_with = "id")]
     from: Option<PathBuf>,
+
+    /// The W3C trace context (00-<trace id>-<span id>-<flags>) the fire's span links to.
+    #[arg(long, value_name = "TRACEPARENT", value_parser = values::traceparent, conflicts_with = "from")]
+    traceparent: Option<TraceParent>,
 }
 
 /// Schedules one task, or loads a file.
@@ -93,9 +100,10 @@ pub async fn run(args: ScheduleArgs, config: Config) -> CliResult<()> {
     let id = args.id.unwrap_or_default();
     let payload = args.payload.unwrap_or_default();
     let scheduler = producer(config).await?;
-    let result = scheduler
-        .schedule_with(&args.queue, &id, when, payload.into_bytes(), args.mode)
-        .await;
+    let request = ScheduleRequest::new(id, when, payload.into_bytes())
+        .with_mode(args.mode)
+        .with_traceparent(args.traceparent);
+    let result = scheduler.schedule_request(&args.queue, request).await;
     close(scheduler).await;
     let scheduled: Scheduled = result?;
     print_json(&scheduled)

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use delayq_storage::{QueueName, ScheduleMode, TaskId};
+use delayq_storage::{QueueName, ScheduleMode, TaskId, TraceParent};
 use serde_json::{Map, Value};
 
 /// A humantime duration (`500ms`, `30s`, `1h 30m`), for clap.
@@ -23,6 +23,11 @@ pub fn at_time(text: &str) -> Result<u64, String> {
 pub fn schedule_mode(text: &str) -> Result<ScheduleMode, String> {
     text.parse::<ScheduleMode>()
         .map_err(|error| error.to_string())
+}
+
+/// A W3C `traceparent`, for clap.
+pub fn traceparent(text: &str) -> Result<TraceParent, String> {
+    TraceParent::parse(text).map_err(|error| error.to_string())
 }
 
 /// A valid queue name, for clap (checked before any connection is made).

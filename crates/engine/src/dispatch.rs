@@ -244,6 +244,9 @@ fn start(
             attempt = claimed.attempt,
             generation = claimed.generation,
         );
+        if let Some(parent) = &claimed.traceparent {
+            crate::trace::link_to_schedule(&span, parent);
+        }
         let task = Task {
             queue: queue.name.as_str().to_owned(),
             id: claimed.id.as_str().to_owned(),

@@ -52,10 +52,11 @@ mod settle;
 mod task;
 mod throttled;
 pub mod timer;
+mod trace;
 mod unconfirmed;
 
 pub use builder::{MemoryBackend, SchedulerBuilder};
-pub use delayq_storage::{Cancel, ScheduleMode, UnknownScheduleMode};
+pub use delayq_storage::{Cancel, ScheduleMode, TraceParent, UnknownScheduleMode};
 pub use error::{EngineError, EngineResult};
 pub use handler::{
     Handler, HandlerError, HandlerFuture, ResourceExhausted, RetryAfter, RESOURCE_RETRY_DELAY,

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use delayq_coordinator::{ClusterClock, Coordinator, Membership, NodeId, Wakeup};
 use delayq_storage::{
     partition_of, validate_due, Cancel, NewTask, Partition, PartitionStats, QueueName,
-    ScheduleMode, ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore,
+    ScheduleMode, ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore, TraceParent,
 };
 use tokio_util::task::TaskTracker;
 
@@ -69,6 +69,9 @@ pub struct ScheduleRequest {
     /// What to do when the id has a live task ([`ScheduleMode::Upsert`], i.e. replace, by
     /// default); each item has its own.
     pub mode: ScheduleMode,
+    /// The trace context the fire's span links to. `None`: the current `tracing` span's
+    /// OpenTelemetry context, when a tracing-opentelemetry layer records it; else none.
+    pub traceparent: Option<TraceParent>,
 }
 
 impl ScheduleRequest {
@@ -79,12 +82,20 @@ impl ScheduleRequest {
             when,
             payload: payload.into(),
             mode: ScheduleMode::default(),
+            traceparent: None,
         }
     }
 
     /// The same request in `mode`.
     pub fn with_mode(mut self, mode: ScheduleMode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// The same request recording `traceparent` (an incoming request's header, say) rather
+    /// than the current span's context.
+    pub fn with_traceparent(mut self, traceparent: Option<TraceParent>) -> Self {
+        self.traceparent = traceparent;
         self
     }
 }
@@ -212,7 +223,25 @@ impl Scheduler {
         payload: impl Into<Bytes>,
         mode: ScheduleMode,
     ) -> EngineResult<Scheduled> {
-        let payload = payload.into();
+        let request = ScheduleRequest::new(id, when, payload).with_mode(mode);
+        self.schedule_request(queue, request).await
+    }
+
+    /// Schedules one task as `request` says (its mode, and the trace context its fire links
+    /// to: the request's, else the current span's).
+    pub async fn schedule_request(
+        &self,
+        queue: &str,
+        request: ScheduleRequest,
+    ) -> EngineResult<Scheduled> {
+        let ScheduleRequest {
+            id,
+            when,
+            payload,
+            mode,
+            traceparent,
+        } = request;
+        let traceparent = traceparent.or_else(crate::trace::current_traceparent);
         let queue = QueueName::new(queue)?;
         let id = TaskId::new(id)?;
         let partitions = self.partitions_for_write(&queue).await?;
@@ -223,6 +252,7 @@ impl Scheduler {
             id: id.clone(),
             due_ms,
             payload,
+            traceparent,
         };
         let outcome = match self.runtime.store.schedule(&partition, task, mode).await {
             Ok(outcome) => outcome,
@@ -255,6 +285,8 @@ impl Scheduler {
         let partitions = self.partitions_for_write(&queue).await?;
         let now = self.now_ms();
         let mut results: Vec<Option<EngineResult<Scheduled>>> = Vec::with_capacity(requests.len());
+        // Looked up once for the whole call.
+        let current = crate::trace::current_traceparent();
         let mut items = Vec::with_capacity(requests.len());
         let mut positions = Vec::with_capacity(requests.len());
         for (position, request) in requests.into_iter().enumerate() {
@@ -277,6 +309,7 @@ impl Scheduler {
                         id,
                         due_ms,
                         payload: request.payload,
+                        traceparent: request.traceparent.or_else(|| current.clone()),
                     },
                 ),
             ));

@@ -210,6 +210,7 @@ async fn rate_limit_bounds_the_fires_per_window_across_nodes(backend: TestBacken
             when: When::At(now + 300),
             payload: bytes::Bytes::new(),
             mode: delayq_storage::ScheduleMode::Upsert,
+            traceparent: None,
         })
         .collect();
     nodes[0]

@@ -232,6 +232,7 @@ async fn membership_churn_never_claims_a_task_twice_and_loses_none() {
                 when: When::In(Duration::from_millis(rng.random_range(300..4_000))),
                 payload: bytes::Bytes::new(),
                 mode: Default::default(),
+                traceparent: None,
             })
             .collect();
         for chunk in requests.chunks(1_000) {

@@ -56,6 +56,7 @@ async fn every_task_fires_exactly_once_never_early(backend: TestBackend, tasks: 
             when: When::In(Duration::from_millis(rng.random_range(200..3_000))),
             payload: bytes::Bytes::new(),
             mode: Default::default(),
+            traceparent: None,
         });
     }
     let mut producers = Vec::new();

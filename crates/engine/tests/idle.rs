@@ -30,6 +30,7 @@ async fn write_behind_the_engine(store: &RecordingStore, id: &str, due_ms: u64) 
         id: TaskId::new(id).expect("id"),
         due_ms,
         payload: Bytes::new(),
+        traceparent: None,
     };
     store
         .schedule(&partition(id), task, ScheduleMode::Upsert)

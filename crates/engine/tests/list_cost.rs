@@ -40,6 +40,7 @@ async fn dead_letter(store: &dyn TaskStore, partition: &Partition, id: &TaskId, 
         id: id.clone(),
         due_ms,
         payload: Bytes::from(vec![b'd'; PAYLOAD_BYTES]),
+        traceparent: None,
     };
     store
         .schedule(partition, task, ScheduleMode::Upsert)
@@ -101,6 +102,7 @@ async fn listings_of_16_partitions_of_50_kb_tasks_read_limit_records_from_redis(
             id,
             due_ms: now_ms + 3_600_000 + u64::from(index),
             payload: Bytes::from(vec![b'p'; PAYLOAD_BYTES]),
+            traceparent: None,
         };
         store
             .schedule(

@@ -107,6 +107,7 @@ async fn schedule_burst(observer: &Scheduler, prefix: &str, count: usize, due_in
             when: When::In(due_in),
             payload: bytes::Bytes::new(),
             mode: ScheduleMode::Upsert,
+            traceparent: None,
         })
         .collect();
     let results = observer

@@ -63,6 +63,7 @@ async fn cluster_three_nodes_fire_every_task_once_never_early_spread_over_the_ma
                     when: When::In(Duration::from_millis(2_000 + (task * 7_919 % 3_000) as u64)),
                     payload: Bytes::new(),
                     mode: Default::default(),
+                    traceparent: None,
                 })
                 .collect();
             let results = node

@@ -77,6 +77,7 @@ fn storage_status(error: &StorageError, message: String) -> ApiError {
     let status = match error {
         StorageError::InvalidQueueName { .. }
         | StorageError::InvalidTaskId { .. }
+        | StorageError::InvalidTraceParent { .. }
         | StorageError::InvalidDue { .. } => StatusCode::BAD_REQUEST,
         StorageError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         StorageError::ConnectionLost { .. }

@@ -252,7 +252,7 @@ async fn the_document_describes_bodies_parameters_errors_and_the_token() {
         .iter()
         .map(|parameter| parameter["name"].as_str().unwrap_or_default())
         .collect();
-    assert_eq!(parameters, ["queue", "id"], "{put}");
+    assert_eq!(parameters, ["queue", "id", "traceparent"], "{put}");
     for status in ["200", "400", "401", "403", "413", "503"] {
         assert!(put["responses"].get(status).is_some(), "{status} in {put}");
     }

@@ -155,6 +155,7 @@ async fn lists_show_payload_previews_and_get_shows_the_whole_payload() {
         id,
         due_ms: now_ms - 1_000,
         payload: big.clone().into(),
+        traceparent: None,
     };
     store
         .schedule(&partition, task, delayq_storage::ScheduleMode::Upsert)

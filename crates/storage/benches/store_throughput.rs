@@ -360,6 +360,7 @@ fn new_task(id: TaskId, due_ms: u64, payload: &Bytes) -> NewTask {
         id,
         due_ms,
         payload: payload.clone(),
+        traceparent: None,
     }
 }
 

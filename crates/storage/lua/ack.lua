@@ -1,9 +1,10 @@
 -- ack.lua: handlers succeeded; completes each task whose token still holds its lease, in one
 -- or more partitions.
 -- For each partition k = 0, 1, ... (several share a call only on a single master):
--- KEYS[3k+1]: tasks      HASH id -> record
--- KEYS[3k+2]: inflight   ZSET id -> lease deadline
--- KEYS[3k+3]: done       ZSET id -> completed_ms
+-- KEYS[4k+1]: tasks      HASH id -> record
+-- KEYS[4k+2]: inflight   ZSET id -> lease deadline
+-- KEYS[4k+3]: done       ZSET id -> completed_ms
+-- KEYS[4k+4]: traces     HASH id -> traceparent: a completed task's is dropped
 -- ARGV[1]: executed retention in ms (0: no done entry is kept, the record is deleted)
 -- then for each partition, in order: the count n of its tokens, then n times: id,
 -- generation, claim
@@ -47,7 +48,9 @@ local function done_record_of(raw, errlen, err_at)
   return encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, '', '')
 end
 
-local function ack_partition(tasks_key, inflight_key, done_key, base, count)
+local function ack_partition(tasks_key, inflight_key, done_key, traces_key, base, count)
+  -- The tasks that ended here (completed, or cancelled while they ran): their traces go.
+  local ended = {}
   local ids = {}
   for i = 1, count do
     ids[i] = ARGV[base + 3 * i - 2]
@@ -68,6 +71,7 @@ local function ack_partition(tasks_key, inflight_key, done_key, base, count)
   end
   -- The task is done: its record shrinks to `done_record` (or goes, without retention).
   local function complete(id, done_record)
+    ended[#ended + 1] = id
     if keep_done then
       records[nrec + 1] = id
       records[nrec + 2] = done_record
@@ -132,6 +136,7 @@ local function ack_partition(tasks_key, inflight_key, done_key, base, count)
         if redis.call('ZREM', inflight_key, id) == 1 then
           nforget = nforget + 1
           forget[nforget] = id
+          ended[#ended + 1] = id
           verdict = 'S'
         else
           verdict = 'L'
@@ -145,13 +150,16 @@ local function ack_partition(tasks_key, inflight_key, done_key, base, count)
     out[nout + k] = verdict
   end
   write()
+  if #ended > 0 and redis.call('EXISTS', traces_key) == 1 then
+    call_in_chunks('HDEL', traces_key, ended)
+  end
   nout = nout + count
 end
 
 local base = 2
-for k = 0, #KEYS / 3 - 1 do
+for k = 0, #KEYS / 4 - 1 do
   local count = tonumber(ARGV[base])
-  ack_partition(KEYS[3 * k + 1], KEYS[3 * k + 2], KEYS[3 * k + 3], base, count)
+  ack_partition(KEYS[4 * k + 1], KEYS[4 * k + 2], KEYS[4 * k + 3], KEYS[4 * k + 4], base, count)
   base = base + 1 + 3 * count
 end
 return out

@@ -3,6 +3,7 @@
 -- KEYS[2]: tasks      HASH id -> record
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: dead       ZSET id -> failed_ms
+-- KEYS[5]: traces     HASH id -> traceparent: a cancelled task's is dropped
 -- ARGV[1]: id
 -- Returns: 1 cancelled: a pending task (also one waiting for a retry, or scheduled again
 --            while an older claim ran) or a dead letter was removed, with any in-flight entry;
@@ -14,10 +15,12 @@
 -- dead; in flight, one that cannot be marked is removed (it could only be requeued).
 
 local due_key, tasks_key, inflight_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local traces_key = KEYS[5]
 local id = ARGV[1]
 if redis.call('ZREM', due_key, id) + redis.call('ZREM', dead_key, id) > 0 then
   redis.call('ZREM', inflight_key, id)
   redis.call('HDEL', tasks_key, id)
+  redis.call('HDEL', traces_key, id)
   return 1
 end
 if not redis.call('ZSCORE', inflight_key, id) then
@@ -29,6 +32,7 @@ if not raw then
   return 0
 end
 local version, rest = string.match(raw, '^(%d+)|%d+(|.*)$')
+redis.call('HDEL', traces_key, id)
 if version ~= '1' then
   redis.call('ZREM', inflight_key, id)
   redis.call('HDEL', tasks_key, id)

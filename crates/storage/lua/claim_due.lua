@@ -1,13 +1,14 @@
 -- claim_due.lua: moves up to `limit` due tasks of each of one or more partitions from pending
 -- to in flight.
--- For each partition k = 0, 1, ... (6 keys and 5 arguments each):
--- KEYS[6k+1]: due        ZSET id -> due_ms
--- KEYS[6k+2]: tasks      HASH id -> record
--- KEYS[6k+3]: inflight   ZSET id -> lease deadline
--- KEYS[6k+4]: dead       ZSET id -> failed_ms
--- KEYS[6k+5]: receipt    STRING: the latest claim of the partition (see recover_claim.lua)
--- KEYS[6k+6]: paused     STRING: exists while the queue is paused (guarantee 11); then nothing
+-- For each partition k = 0, 1, ... (7 keys and 5 arguments each):
+-- KEYS[7k+1]: due        ZSET id -> due_ms
+-- KEYS[7k+2]: tasks      HASH id -> record
+-- KEYS[7k+3]: inflight   ZSET id -> lease deadline
+-- KEYS[7k+4]: dead       ZSET id -> failed_ms
+-- KEYS[7k+5]: receipt    STRING: the latest claim of the partition (see recover_claim.lua)
+-- KEYS[7k+6]: paused     STRING: exists while the queue is paused (guarantee 11); then nothing
 --             is claimed and the partition's reply is { false, -1 }
+-- KEYS[7k+7]: traces     HASH id -> traceparent (see schedule.lua)
 -- ARGV[5k+1]: now_ms of the caller: tasks with due <= min(now_ms, Redis TIME) are taken,
 --             oldest due first, so a caller whose clock runs ahead never fires early
 --             (guarantee 9)
@@ -18,8 +19,9 @@
 --             those of the partitions before it in the call; at least one due task of each
 --             partition is always taken
 -- Returns: one reply per partition, in order, each { next pending due (string) or false,
---   count of claimed tasks, id1, record1, ..., then for each record moved to the dead letters:
---   id, reason }. Several partitions share a call only on a single master (Rust groups them;
+--   count of claimed tasks, traces, id1, record1, ..., then for each record moved to the dead
+--   letters: id, reason }. `traces` is false when the partition holds none, else one entry
+--   per claimed task, in order: its traceparent or false. Several partitions share a call only on a single master (Rust groups them;
 --   on a Redis Cluster every call has one partition, one slot).
 -- Each claimed record already carries its new claim number (the fencing token's), which is
 -- max(previous claim + 1, Redis TIME in microseconds): growing per record, and never equal to
@@ -40,9 +42,10 @@ local now_us_text = string.format('%d', now_us)
 local spent = 0
 
 local function claim_partition(k)
-  local key, arg = 6 * k, 5 * k
+  local key, arg = 7 * k, 5 * k
   local due_key, tasks_key, inflight_key = KEYS[key + 1], KEYS[key + 2], KEYS[key + 3]
   local dead_key, receipt_key, paused_key = KEYS[key + 4], KEYS[key + 5], KEYS[key + 6]
+  local traces_key = KEYS[key + 7]
   if paused_key and redis.call('EXISTS', paused_key) == 1 then
     return { false, -1 }
   end
@@ -69,8 +72,8 @@ local function claim_partition(k)
     end
   end
 
-  local out = { false, 0 }
-  local nout = 2
+  local out = { false, 0, false }
+  local nout = 3
   local poisoned, records, leases, dead, forget, receipt = {}, {}, {}, {}, {}, {}
   local nrec, nlease, nreceipt = 0, 0, 0
   local claimed, taken, bytes, full = 0, 0, 0, false
@@ -171,6 +174,13 @@ local function claim_partition(k)
   end
 
   out[2] = claimed
+  if claimed > 0 and redis.call('EXISTS', traces_key) == 1 then
+    local claimed_ids = {}
+    for i = 1, claimed do
+      claimed_ids[i] = out[2 + 2 * i]
+    end
+    out[3] = read_in_chunks('HMGET', traces_key, claimed_ids)
+  end
   spent = spent + bytes
   local next_due = redis.call('ZRANGE', due_key, 0, 0, 'WITHSCORES')
   if next_due[2] then
@@ -183,7 +193,7 @@ local function claim_partition(k)
 end
 
 local replies = {}
-for k = 0, #KEYS / 6 - 1 do
+for k = 0, #KEYS / 7 - 1 do
   replies[k + 1] = claim_partition(k)
 end
 return replies

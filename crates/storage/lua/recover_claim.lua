@@ -4,15 +4,17 @@
 -- KEYS[3]: receipt    STRING written by claim_due.lua: '2' NUL owner NUL lease deadline NUL id1
 --          NUL claim1 NUL ..., or, written by an earlier release, cjson [owner, lease
 --          deadline, [id, claim, ...]]
+-- KEYS[4]: traces     HASH id -> traceparent (see schedule.lua)
 -- ARGV[1]: owner of the lost claim
 -- ARGV[2]: its lease deadline in ms, as it was sent
--- Returns: { id1, record1, id2, record2, ... }: the receipt's tasks that are still in flight
+-- Returns: { traces, id1, record1, id2, record2, ... }: `traces` as claim_due.lua's (false, or
+-- each task's traceparent or false); then the receipt's tasks that are still in flight
 -- under that very claim (the record's claim number is the receipt's), as claim_due returned
 -- them. Empty when the receipt is gone (expired, or the claim never ran) or is another
 -- claim's (owner or deadline differ): a later claim of the partition replaced it. Reads only.
 
-local tasks_key, inflight_key, receipt_key = KEYS[1], KEYS[2], KEYS[3]
-local out = {}
+local tasks_key, inflight_key, receipt_key, traces_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local out = { false }
 local stored = redis.call('GET', receipt_key)
 if not stored then
   return out
@@ -53,5 +55,12 @@ for i = 1, #items - 1, 2 do
       out[#out + 1] = raw
     end
   end
+end
+if #out > 1 and redis.call('EXISTS', traces_key) == 1 then
+  local traces = {}
+  for i = 2, #out, 2 do
+    traces[#traces + 1] = redis.call('HGET', traces_key, out[i])
+  end
+  out[1] = traces
 end
 return out

@@ -1,11 +1,13 @@
 -- schedule.lua: schedules one or more tasks of one or more partitions (a mode, with dedup).
 -- For each partition k = 0, 1, ... (several share a call only on a single master):
--- KEYS[6k+1]: due        ZSET id -> due_ms of pending tasks
--- KEYS[6k+2]: tasks      HASH id -> record
--- KEYS[6k+3]: inflight   ZSET id -> lease deadline
--- KEYS[6k+4]: done       ZSET id -> completed_ms (executed-set)
--- KEYS[6k+5]: dead       ZSET id -> failed_ms
--- KEYS[6k+6]: ticks      ZSET tick id -> tick ms, the tick ledger (mode 'tick' only)
+-- KEYS[7k+1]: due        ZSET id -> due_ms of pending tasks
+-- KEYS[7k+2]: tasks      HASH id -> record
+-- KEYS[7k+3]: inflight   ZSET id -> lease deadline
+-- KEYS[7k+4]: done       ZSET id -> completed_ms (executed-set)
+-- KEYS[7k+5]: dead       ZSET id -> failed_ms
+-- KEYS[7k+6]: ticks      ZSET tick id -> tick ms, the tick ledger (mode 'tick' only)
+-- KEYS[7k+7]: traces     HASH id -> W3C traceparent the task was scheduled with (only the
+--             traced ones: a partition that never saw one has no such key)
 -- ARGV[1]: mode, 'upsert', 'if_absent', 'earlier', 'later' or 'tick' (a recurring schedule's
 --          tick: if-absent, and only if the ledger does not have the id yet; the id then
 --          enters the ledger). For a pending id, 'earlier' / 'later' keep it unless the new
@@ -16,7 +18,8 @@
 -- ARGV[2]: executed retention in ms (an (id, due) that completed less than this long ago, by
 --          Redis TIME, is a duplicate; 0 turns dedup off)
 -- then for each partition, in order: the count n of its items, then n times: id, due_ms,
--- payload
+-- payload, traceparent ('' for none). A created or replaced task's traceparent is set (or,
+-- without one, an earlier generation's is dropped); a kept or duplicate one's is untouched.
 -- Returns: one entry per item, in the order of the items: 'C' created | 'R<previous due>' replaced |
 --   'K<due>' kept | 'D' duplicate | 'T' tick already in the ledger (nothing changed) |
 --   'X<reason>' corrupt record (that item is left alone; the others proceed).
@@ -47,14 +50,34 @@ local now_ms = nil
 local out = {}
 local nout = 0
 
-local function schedule_partition(due_key, tasks_key, inflight_key, done_key, dead_key, ticks_key, base, count)
+local function schedule_partition(due_key, tasks_key, inflight_key, done_key, dead_key, ticks_key, traces_key, base, count)
+  -- Whether the partition holds traces (asked once, and only when a replaced task might
+  -- leave one behind): an untraced partition costs no trace call.
+  local traced = nil
+  -- The task `id` now in its record is scheduled with `trace` ('' for none).
+  local function set_trace(id, trace)
+    if trace ~= '' then
+      redis.call('HSET', traces_key, id, trace)
+      traced = true
+      return
+    end
+    if traced == nil then
+      traced = redis.call('EXISTS', traces_key) == 1
+    end
+    if traced then
+      redis.call('HDEL', traces_key, id)
+    end
+  end
   local found
   if count == 1 and not tick_mode then
     -- One item (most often a coalesced single schedule): HSETNX creates a new id's record
-    -- and tells whether there was one, in one command.
+    -- and tells whether there was one, in one command. A new id has no trace to drop.
     local id = ARGV[base + 1]
     if redis.call('HSETNX', tasks_key, id, fresh_header .. ARGV[base + 3]) == 1 then
       redis.call('ZADD', due_key, ARGV[base + 2], id)
+      if ARGV[base + 4] ~= '' then
+        redis.call('HSET', traces_key, id, ARGV[base + 4])
+      end
       nout = nout + 1
       out[nout] = 'C'
       return
@@ -63,22 +86,27 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
   else
     local lookup = {}
     for i = 1, count do
-      lookup[i] = ARGV[base + 3 * i - 2]
+      lookup[i] = ARGV[base + 4 * i - 3]
     end
     found = read_in_chunks('HMGET', tasks_key, lookup)
   end
 
-  local new_records, new_dues = {}, {}
+  local new_records, new_dues, new_traces = {}, {}, {}
   local function write_new()
     if #new_records > 0 then
       call_in_chunks('HSET', tasks_key, new_records)
       call_in_chunks('ZADD', due_key, new_dues)
       new_records, new_dues = {}, {}
     end
+    if #new_traces > 0 then
+      call_in_chunks('HSET', traces_key, new_traces)
+      new_traces = {}
+      traced = true
+    end
   end
 
   -- The per-item path for an id that has a record: replace, keep, dedup or re-arm.
-  local function schedule_existing(id, due, payload, raw)
+  local function schedule_existing(id, due, payload, trace, raw)
     local rec, reason = decode_record(raw)
     if not rec then
       return 'X' .. reason
@@ -88,6 +116,7 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
       -- a new life (fresh generation); the running attempt's ack will find it superseded.
       redis.call('HSET', tasks_key, id, encode_record(redis_now_us(), 1, rec.claim, '', '', '', payload))
       redis.call('ZADD', due_key, due, id)
+      set_trace(id, trace)
       return 'C'
     end
     local pending = redis.call('ZSCORE', due_key, id)
@@ -140,12 +169,14 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
     end
     redis.call('HSET', tasks_key, id, encode_record(rec.gen + 1, 1, rec.claim, '', '', '', payload))
     redis.call('ZADD', due_key, due, id)
+    set_trace(id, trace)
     return verdict
   end
 
   local seen = {}
   for k = 1, count do
-    local id, due, payload = ARGV[base + 3 * k - 2], ARGV[base + 3 * k - 1], ARGV[base + 3 * k]
+    local at = base + 4 * k
+    local id, due, payload, trace = ARGV[at - 3], ARGV[at - 2], ARGV[at - 1], ARGV[at]
     local raw = found[k]
     if seen[id] then
       -- The same id earlier in this call: the lookup is out of date.
@@ -160,7 +191,7 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
       if tick_mode then
         redis.call('ZADD', ticks_key, due, id)
       end
-      out[nout + k] = schedule_existing(id, due, payload, raw)
+      out[nout + k] = schedule_existing(id, due, payload, trace, raw)
     else
       if tick_mode then
         redis.call('ZADD', ticks_key, due, id)
@@ -169,6 +200,10 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
       new_records[#new_records + 1] = fresh_header .. payload
       new_dues[#new_dues + 1] = due
       new_dues[#new_dues + 1] = id
+      if trace ~= '' then
+        new_traces[#new_traces + 1] = id
+        new_traces[#new_traces + 1] = trace
+      end
       out[nout + k] = 'C'
     end
   end
@@ -177,10 +212,10 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
 end
 
 local base = 3
-for k = 0, #KEYS / 6 - 1 do
+for k = 0, #KEYS / 7 - 1 do
   local count = tonumber(ARGV[base])
-  schedule_partition(KEYS[6 * k + 1], KEYS[6 * k + 2], KEYS[6 * k + 3], KEYS[6 * k + 4],
-    KEYS[6 * k + 5], KEYS[6 * k + 6], base, count)
-  base = base + 1 + 3 * count
+  schedule_partition(KEYS[7 * k + 1], KEYS[7 * k + 2], KEYS[7 * k + 3], KEYS[7 * k + 4],
+    KEYS[7 * k + 5], KEYS[7 * k + 6], KEYS[7 * k + 7], base, count)
+  base = base + 1 + 4 * count
 end
 return out

@@ -22,6 +22,14 @@ pub enum StorageError {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A `traceparent` that is not a W3C trace context.
+    #[error("invalid traceparent {value:?}: {reason}")]
+    InvalidTraceParent {
+        /// The value given (shortened when long).
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A due time beyond the year 9999.
     #[error("invalid due time {due_ms} ms: it is beyond the year 9999")]
     InvalidDue {

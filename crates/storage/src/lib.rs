@@ -23,7 +23,7 @@
 //! store.register_queue(&queue, 4).await?;
 //! let id = TaskId::new("order-42")?;
 //! let partition = Partition::new(queue, delayq_storage::partition_of(&id, 4));
-//! let task = NewTask { id, due_ms: 1_700_000_000_000, payload: "cancel".into() };
+//! let task = NewTask { id, due_ms: 1_700_000_000_000, payload: "cancel".into(), traceparent: None };
 //! store.schedule(&partition, task, ScheduleMode::Upsert).await?;
 //! let batch = store.claim_due(&partition, 1_700_000_000_000, 10, 1_700_000_030_000, "node-a").await?;
 //! assert_eq!(batch.tasks.len(), 1);
@@ -40,6 +40,7 @@ mod postgres;
 mod recurring;
 mod redis;
 mod store;
+mod trace;
 
 pub use error::{StorageError, StorageResult};
 pub use hash::{partition_of, stable_hash};
@@ -51,3 +52,4 @@ pub use recurring::{
 };
 pub use redis::{RedisStore, RedisStoreOptions, WaitReplicas};
 pub use store::{ItemResult, TaskStore};
+pub use trace::{TraceParent, TRACEPARENT_LEN};

@@ -177,6 +177,10 @@ pub struct NewTask {
     pub due_ms: u64,
     /// Opaque bytes handed to the handler.
     pub payload: Bytes,
+    /// The W3C trace context of the caller that scheduled it, if any: the fire's span links
+    /// to it. Stored beside the task (55 bytes) and forgotten when the task completes, is
+    /// cancelled or purged; a later schedule of the id replaces it (or drops it, without one).
+    pub traceparent: Option<crate::TraceParent>,
 }
 
 /// What `schedule` does when the id already names a live task (`--mode` on the command line,
@@ -361,6 +365,8 @@ pub struct ClaimedTask {
     pub generation: u64,
     /// The payload.
     pub payload: Bytes,
+    /// The trace context the task was scheduled with, if any.
+    pub traceparent: Option<crate::TraceParent>,
     /// The lease's fencing token, for `ack`, `fail` and `renew`.
     pub token: LeaseToken,
 }

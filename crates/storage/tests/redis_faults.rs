@@ -89,6 +89,7 @@ fn task(name: &str, due_ms: u64) -> NewTask {
         id: id(name),
         due_ms,
         payload: Bytes::from(format!("payload of {name}")),
+        traceparent: None,
     }
 }
 

@@ -54,6 +54,7 @@ fn task(name: &str, due_ms: u64) -> NewTask {
         id: TaskId::new(name).expect("valid id"),
         due_ms,
         payload: Bytes::from_static(b"p"),
+        traceparent: None,
     }
 }
 
@@ -176,8 +177,9 @@ async fn queues_of_the_old_registry_key_are_merged_once_on_upgrade() {
 async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
     const TASKS: usize = 40;
     const PAYLOAD: usize = 1_000_000;
-    /// `FCALL name 6 <6 keys> mode retention count`, then 3 arguments per item.
-    const CALL_ARGS: usize = 12;
+    /// `FCALL name 7 <7 keys> mode retention count`, then 4 arguments per item (id, due,
+    /// payload, traceparent).
+    const CALL_ARGS: usize = 13;
     let (server, store) = start().await;
     let mut connection = server.client().get_connection().expect("connect");
     for (name, value) in [
@@ -198,6 +200,7 @@ async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
             id: TaskId::new(format!("big-{index}")).expect("valid id"),
             due_ms: now + 600_000,
             payload: Bytes::from(vec![b'a' + (index % 26) as u8; PAYLOAD]),
+            traceparent: None,
         })
         .collect();
     let schedules = tasks.into_iter().map(|task| {
@@ -244,12 +247,12 @@ async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
             continue;
         };
         let args: Vec<String> = args.iter().map(text).collect();
-        // FCALL (or EVALSHA) name 6 <6 keys> upsert <retention> <count> (id due payload)...:
-        // one partition per call here.
+        // FCALL (or EVALSHA) name 7 <7 keys> upsert <retention> <count> (id due payload
+        // traceparent)...: one partition per call here.
         let is_schedule = args.first().is_some_and(|name| {
             name.eq_ignore_ascii_case("fcall") || name.eq_ignore_ascii_case("evalsha")
-        }) && args.get(2).map(String::as_str) == Some("6")
-            && args.get(9).map(String::as_str) == Some("upsert");
+        }) && args.get(2).map(String::as_str) == Some("7")
+            && args.get(10).map(String::as_str) == Some("upsert");
         if !is_schedule {
             continue;
         }
@@ -262,7 +265,7 @@ async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
             Some(more) => args.len() - 1 + more,
             None => args.len(),
         };
-        per_call.push((count - CALL_ARGS) / 3);
+        per_call.push((count - CALL_ARGS) / 4);
     }
     eprintln!("items per schedule call: {per_call:?}");
     assert_eq!(per_call.iter().sum::<usize>(), TASKS, "{per_call:?}");

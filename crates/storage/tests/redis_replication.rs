@@ -21,6 +21,7 @@ fn task(name: &str, due_ms: u64) -> NewTask {
         id: TaskId::new(name).expect("valid id"),
         due_ms,
         payload: Bytes::from(format!("payload of {name}")),
+        traceparent: None,
     }
 }
 

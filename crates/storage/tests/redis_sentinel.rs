@@ -34,6 +34,7 @@ async fn produce(store: RedisStore, stop: Arc<AtomicBool>) -> Vec<(String, Insta
             id: TaskId::new(&name).expect("valid id"),
             due_ms: T0,
             payload: Bytes::from_static(b"p"),
+            traceparent: None,
         };
         if store
             .schedule(&partition(next % PARTITIONS), task, ScheduleMode::Upsert)

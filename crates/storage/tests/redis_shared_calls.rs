@@ -61,6 +61,7 @@ async fn schedule_everything(store: &RedisStore, partitions: &[Partition]) {
                 id: id(partition.index, n),
                 due_ms: T0 + n as u64,
                 payload: Bytes::from(format!("payload of {n} in {}", partition.index)),
+                traceparent: None,
             };
             store.schedule(partition, task, ScheduleMode::Upsert)
         })
@@ -218,6 +219,7 @@ async fn a_paused_queue_and_a_poisoned_record_stay_in_their_partitions() {
                 id: id(partition.index, n),
                 due_ms: T0,
                 payload: Bytes::from_static(b"p"),
+                traceparent: None,
             };
             store
                 .schedule(partition, task, ScheduleMode::Upsert)
@@ -271,6 +273,7 @@ async fn the_claim_byte_budget_is_shared_but_every_partition_gets_a_task() {
                 id: id(partition.index, n),
                 due_ms: T0,
                 payload: Bytes::from(vec![b'x'; 150]),
+                traceparent: None,
             };
             store
                 .schedule(partition, task, ScheduleMode::Upsert)

@@ -267,6 +267,7 @@ async fn records_of_the_previous_release_are_claimed_acked_failed_cancelled_and_
                     id: id("ack-me"),
                     due_ms: T0,
                     payload: Bytes::new(),
+                    traceparent: None,
                 },
                 delayq_storage::ScheduleMode::Upsert,
             )
@@ -436,6 +437,7 @@ async fn a_node_of_the_previous_release_and_one_of_this_release_on_one_partition
                 id: id(&format!("new-{n:03}")),
                 due_ms: T0,
                 payload: Bytes::from(format!("payload of new-{n:03}")),
+                traceparent: None,
             };
             (p.clone(), task)
         })

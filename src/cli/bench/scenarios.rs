@@ -304,6 +304,7 @@ pub(super) async fn load(
                     when: When::At(due_ms),
                     payload: Bytes::new(),
                     mode: Default::default(),
+                    traceparent: None,
                 })
                 .collect();
             let count = requests.len() as u64;

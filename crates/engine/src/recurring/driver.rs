@@ -348,6 +348,7 @@ async fn create_tick(
         id,
         due_ms: tick,
         payload: payload.into(),
+        traceparent: None,
     };
     let now = scheduler.now_ms();
     let outcome = scheduler

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use axum::http::HeaderMap;
 use axum::Json;
 use bytes::Bytes;
-use delayq_engine::{ScheduleMode, ScheduleRequest, When};
+use delayq_engine::{ScheduleMode, ScheduleRequest, TraceParent, When};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -141,13 +142,28 @@ pub(crate) fn whole_number(value: &Value) -> Option<u64> {
     fits.then_some(number as u64)
 }
 
+/// The request's W3C `traceparent` header, which the fire's span links to. One that does not
+/// parse is ignored, as the trace context specification says (tracing never fails a
+/// schedule).
+fn traceparent_of(headers: &HeaderMap) -> Option<TraceParent> {
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    match TraceParent::parse(value) {
+        Ok(parent) => Some(parent),
+        Err(error) => {
+            tracing::debug!(%error, "ignoring the request's traceparent");
+            None
+        }
+    }
+}
+
 /// Schedules one task in its mode (replace by default); answers as `delayq schedule`.
-#[utoipa::path(put, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "schedule_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id")),
-    request_body(content = TaskBody, description = "Exactly one of delay_ms, due_ms, in (a duration like \"30s\") and at (RFC 3339); an optional payload and mode (replace, if_absent, earlier, later)"),
+#[utoipa::path(put, path = "/queues/{queue}/tasks/{id}", tag = "tasks", operation_id = "schedule_task", params(("queue" = String, Path, description = "The queue"), ("id" = String, Path, description = "The task id"), ("traceparent" = Option<String>, Header, description = "W3C trace context of the caller: the fire's span links to it (ignored when malformed)")),
+    request_body(content = TaskBody, description = "Exactly one of delay_ms, due_ms, in (a duration like \"30s\") and at (RFC 3339); an optional payload and mode (replace, if_absent, earlier, later); id, when given, must be the path's"),
     responses((status = 200, description = "Scheduled: {\"queue\",\"id\",\"due_ms\",\"replaced\",\"duplicate\",\"kept\"} as `delayq schedule --json`", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule(
     state: State,
     PathParams((queue, id)): PathParams<(String, String)>,
+    headers: HeaderMap,
     Body(body): Body<Value>,
 ) -> Result<Json<Value>, ApiError> {
     task_ref(&queue, &id)?;
@@ -160,10 +176,10 @@ pub(crate) async fn schedule(
         )));
     }
     let payload = Bytes::from(task.payload.unwrap_or_default());
-    let scheduled = state
-        .scheduler
-        .schedule_with(&queue, &id, task.when, payload, task.mode)
-        .await?;
+    let request = ScheduleRequest::new(id, task.when, payload)
+        .with_mode(task.mode)
+        .with_traceparent(traceparent_of(&headers));
+    let scheduled = state.scheduler.schedule_request(&queue, request).await?;
     Ok(Json(json!(scheduled)))
 }
 
@@ -173,15 +189,17 @@ pub(crate) async fn schedule(
 /// document's schema refuses: an unknown field, a wrong type, a bad id, not exactly one due
 /// form, a bad mode) is refused whole with 400 naming the item's index, and nothing of it is
 /// scheduled; an item the store refuses (a payload over `max_payload`) fails alone.
-#[utoipa::path(post, path = "/queues/{queue}/tasks", tag = "tasks", operation_id = "schedule_tasks", params(("queue" = String, Path, description = "The queue")),
+#[utoipa::path(post, path = "/queues/{queue}/tasks", tag = "tasks", operation_id = "schedule_tasks", params(("queue" = String, Path, description = "The queue"), ("traceparent" = Option<String>, Header, description = "W3C trace context of the caller: every task's fire links to it (ignored when malformed)")),
     request_body(content = Vec<TaskBody>, description = "At most 10,000 tasks, each with its id, one of delay_ms, due_ms, in, at, and an optional payload and mode; a malformed item refuses the whole body (400 naming its index)"),
     responses((status = 200, description = "{\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\",\"errors\":[{\"index\",\"error\"}],\"errors_truncated\"}: an item the store refuses fails alone; errors lists the first 100 failed items, failed counts them all", body = Object), BadRequest, TooLarge, Unavailable))]
 pub(crate) async fn schedule_many(
     state: State,
     PathParams(queue): PathParams<String>,
+    headers: HeaderMap,
     Body(BulkItems(items)): Body<BulkItems>,
 ) -> Result<Json<Value>, ApiError> {
     queue_name(&queue)?;
+    let traceparent = traceparent_of(&headers);
     let mut errors = Vec::new();
     let mut requests = Vec::with_capacity(items.len());
     for (index, item) in items.into_iter().enumerate() {
@@ -195,6 +213,7 @@ pub(crate) async fn schedule_many(
             when: task.when,
             payload: Bytes::from(task.payload.unwrap_or_default()),
             mode: task.mode,
+            traceparent: traceparent.clone(),
         });
     }
     let indexes = 0..requests.len();

@@ -68,7 +68,7 @@ type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 /// let node_b = store.clone(); // sees the same tasks
 /// let partition = Partition::new(QueueName::new("reminders")?, 0);
 /// store.register_queue(&partition.queue, 1).await?;
-/// let task = NewTask { id: TaskId::new("r-1")?, due_ms: 1_000, payload: "hi".into() };
+/// let task = NewTask { id: TaskId::new("r-1")?, due_ms: 1_000, payload: "hi".into(), traceparent: None };
 /// store.schedule(&partition, task, ScheduleMode::Upsert).await?;
 /// let batch = node_b.claim_due(&partition, 1_000, 10, 31_000, "node-b").await?;
 /// assert_eq!(batch.tasks.len(), 1);

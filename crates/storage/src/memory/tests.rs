@@ -37,6 +37,7 @@ fn task(name: &str, due_ms: u64) -> NewTask {
         id: id(name),
         due_ms,
         payload: "p".into(),
+        traceparent: None,
     }
 }
 

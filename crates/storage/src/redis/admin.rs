@@ -28,6 +28,7 @@ impl RedisStore {
             .key(&keys.tasks)
             .key(&keys.inflight)
             .key(&keys.dead)
+            .key(&keys.traces)
             .arg(id.as_str());
         let reply = self
             .invoke_on(&self.producer, &call)
@@ -256,7 +257,8 @@ impl RedisStore {
         loop {
             let call = ScriptCall::new(&SCRIPTS.purge_dead)
                 .key(&keys.tasks)
-                .key(&keys.dead);
+                .key(&keys.dead)
+                .key(&keys.traces);
             let call = match id {
                 Some(id) => call.arg("one").arg(id.as_str()),
                 None => call.arg("chunk").arg(HOUSEKEEPING_CHUNK),

@@ -6,6 +6,7 @@ use redis::Value;
 
 use crate::error::StorageResult;
 use crate::model::{ClaimBatch, ClaimedTask, LeaseToken, Partition};
+use crate::TraceParent;
 
 use super::connection::{ClaimRequest, RedisStore};
 use super::error_map::{copy_error, map_error, unexpected_reply};
@@ -64,6 +65,7 @@ impl RedisStore {
                 .key(&keys.dead)
                 .key(&keys.receipt)
                 .key(&keys.paused)
+                .key(&keys.traces)
                 .arg(request.now_ms)
                 .arg(request.limit)
                 .arg(request.lease_deadline_ms)
@@ -108,13 +110,15 @@ impl RedisStore {
                     .key(&keys.tasks)
                     .key(&keys.inflight)
                     .key(&keys.receipt)
+                    .key(&keys.traces)
                     .arg(owner)
                     .arg(lease_deadline_ms);
                 async move { connection.run_script(&call).await }
             })
             .await?;
-        let values = expect_array(OPERATION, reply)?;
-        let tasks = claimed_tasks(partition, &keys.tasks, values.into_iter());
+        let mut values = expect_array(OPERATION, reply)?.into_iter();
+        let traces = trace_list(&keys.traces, values.next());
+        let tasks = claimed_tasks(partition, &keys.tasks, values, traces);
         if !tasks.is_empty() {
             tracing::info!(%partition, owner, recovered = tasks.len(), "recovered the tasks of a claim whose reply was lost");
         }
@@ -127,16 +131,40 @@ impl RedisStore {
     }
 }
 
-/// The `(id, record)` pairs of a claim reply as tasks. A pair that cannot be read is logged
-/// and left out, never failing the others: they are in flight already, and the one left out
-/// comes back when its lease runs out.
+/// The traces of a claim reply: `false` (the partition holds none), else one traceparent or
+/// nil per claimed task. One that does not parse is logged and dropped: the task runs without.
+fn trace_list(traces_key: &str, value: Option<Value>) -> Vec<Option<TraceParent>> {
+    let Some(Value::Array(values)) = value else {
+        return Vec::new();
+    };
+    values
+        .into_iter()
+        .map(|value| {
+            let text = text(value)?;
+            match TraceParent::parse(&text) {
+                Ok(trace) => Some(trace),
+                Err(error) => {
+                    tracing::warn!(key = traces_key, %error, "a stored traceparent could not be read; the task fires without it");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// The `(id, record)` pairs of a claim reply as tasks, with `traces` (aligned with them, or
+/// empty). A pair that cannot be read is logged and left out, never failing the others: they
+/// are in flight already, and the one left out comes back when its lease runs out.
 fn claimed_tasks(
     partition: &Partition,
     tasks_key: &str,
     mut values: impl Iterator<Item = Value>,
+    traces: Vec<Option<TraceParent>>,
 ) -> Vec<ClaimedTask> {
     let mut tasks = Vec::new();
+    let mut traces = traces.into_iter();
     while let (Some(id), Some(raw)) = (values.next(), values.next()) {
+        let traceparent = traces.next().flatten();
         let task = task_id(tasks_key, id).and_then(|id| {
             let record = decode(tasks_key, &id, raw)?;
             let due_ms = explicit_due(tasks_key, &id, &record)?;
@@ -152,6 +180,7 @@ fn claimed_tasks(
                 attempt: record.attempt,
                 generation: record.generation,
                 payload: record.payload,
+                traceparent,
             })
         });
         match task {
@@ -164,8 +193,8 @@ fn claimed_tasks(
     tasks
 }
 
-/// One partition's reply of `claim_due.lua`: `{next due or false, count (-1: paused), id,
-/// record, ..., then id, reason of each record moved to the dead letters}`.
+/// One partition's reply of `claim_due.lua`: `{next due or false, count (-1: paused), traces,
+/// id, record, ..., then id, reason of each record moved to the dead letters}`.
 fn claimed_batch(
     request: &ClaimRequest,
     keys: &PartitionKeys,
@@ -188,10 +217,12 @@ fn claimed_batch(
         Some(count) => expect_number(OPERATION, &count, "the claimed count")?,
         None => return Err(unexpected_reply(OPERATION, "no claimed count")),
     };
+    let traces = trace_list(&keys.traces, values.next());
     let tasks = claimed_tasks(
         partition,
         &keys.tasks,
         values.by_ref().take(2 * claimed as usize),
+        traces,
     );
     let mut dead_lettered = Vec::new();
     while let (Some(id), Some(reason)) = (values.next(), values.next()) {

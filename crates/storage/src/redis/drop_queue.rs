@@ -63,6 +63,7 @@ impl RedisStore {
                         keys.receipt.into_bytes(),
                         keys.ticks.into_bytes(),
                         keys.paused.into_bytes(),
+                        keys.traces.into_bytes(),
                     ];
                     self.drop_partition(&keys.due, &keys.inflight, &keys.dead, &others)
                         .await

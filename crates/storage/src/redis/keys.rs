@@ -27,6 +27,9 @@ pub(crate) struct PartitionKeys {
     pub ticks: String,
     /// `STRING`: exists while the queue is paused; `claim_due.lua` then claims nothing.
     pub paused: String,
+    /// `HASH id -> traceparent`: the trace context of the tasks scheduled with one (absent
+    /// while none is), dropped when the task completes, is cancelled or purged.
+    pub traces: String,
 }
 
 impl PartitionKeys {
@@ -42,6 +45,7 @@ impl PartitionKeys {
             receipt: format!("{base}claim"),
             ticks: format!("{base}ticks"),
             paused: format!("{base}paused"),
+            traces: format!("{base}traces"),
         }
     }
 }

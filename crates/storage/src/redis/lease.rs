@@ -102,6 +102,7 @@ impl RedisStore {
                 .key(&keys.tasks)
                 .key(&keys.inflight)
                 .key(&keys.done)
+                .key(&keys.traces)
                 .arg(members.len());
             for &index in members {
                 let token = &tokens[index];

@@ -323,8 +323,8 @@ impl RedisStore {
     }
 }
 
-/// `schedule.lua` with `mode`, retention, then per partition (its six keys) the count of its
-/// tasks and their `(<id> <due> <payload>)`s.
+/// `schedule.lua` with `mode`, retention, then per partition (its seven keys) the count of its
+/// tasks and their `(<id> <due> <payload> <traceparent or ''>)`s.
 pub(crate) fn schedule_call<'a>(
     groups: &[(&PartitionKeys, Vec<&NewTask>)],
     mode: &str,
@@ -341,12 +341,14 @@ pub(crate) fn schedule_call<'a>(
             .key(&keys.done)
             .key(&keys.dead)
             .key(&keys.ticks)
+            .key(&keys.traces)
             .arg(tasks.len());
         for task in tasks {
             call = call
                 .arg(task.id.as_str())
                 .arg(task.due_ms)
-                .arg(task.payload.as_ref());
+                .arg(task.payload.as_ref())
+                .arg(task.traceparent.as_ref().map_or("", |trace| trace.as_str()));
         }
     }
     call

@@ -224,6 +224,7 @@ pub async fn claim_due_returns_at_most_max_claim_bytes_but_at_least_one_task(mak
             id: id(name),
             due_ms: T0 + k as u64,
             payload: Bytes::from(vec![b'x'; 100]),
+            traceparent: None,
         };
         store
             .schedule(&p, task, ScheduleMode::Upsert)
@@ -244,6 +245,7 @@ pub async fn claim_due_returns_at_most_max_claim_bytes_but_at_least_one_task(mak
         id: id("big"),
         due_ms: T0,
         payload: Bytes::from(vec![b'y'; 1_000]),
+        traceparent: None,
     };
     store
         .schedule(&p, big, ScheduleMode::Upsert)
@@ -273,6 +275,7 @@ pub async fn max_claim_bytes_counts_payload_bytes_only(make: Make) {
         id: id(name),
         due_ms: T0,
         payload: Bytes::from(vec![b'x'; size]),
+        traceparent: None,
     };
     // "a" waits for a retry with a long last error: that error is not payload either.
     store

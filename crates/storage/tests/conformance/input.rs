@@ -100,6 +100,7 @@ fn with_payload(name: &str, due_ms: u64, size: usize) -> NewTask {
         id: id(name),
         due_ms,
         payload: Bytes::from(vec![b'p'; size]),
+        traceparent: None,
     }
 }
 

@@ -25,6 +25,7 @@ pub mod queues_delete;
 pub mod races;
 pub mod recurring;
 pub mod schedule;
+pub mod traces;
 
 use std::any::Any;
 use std::future::Future;
@@ -129,6 +130,7 @@ pub fn task(name: &str, due_ms: u64) -> NewTask {
         id: id(name),
         due_ms,
         payload: format!("payload of {name}").into(),
+        traceparent: None,
     }
 }
 
@@ -454,6 +456,13 @@ macro_rules! conformance_suite {
                 create_tick_checks_the_payload_before_writing,
                 concurrent_tick_creations_create_it_once,
                 concurrent_swaps_from_one_record_let_exactly_one_win,
+            ],
+            traces: [
+                a_traceparent_comes_back_with_each_claim_of_its_task,
+                many_traced_and_untraced_schedules_keep_their_own,
+                a_new_schedule_replaces_or_drops_the_traceparent,
+                a_finished_task_leaves_no_traceparent_behind,
+                recover_claim_returns_the_traceparents,
             ],
             input: [
                 queue_name_empty_is_rejected,

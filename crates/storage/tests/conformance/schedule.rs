@@ -42,6 +42,7 @@ pub async fn schedule_again_replaces_and_reports_the_previous_due(make: Make) {
                 id: id("a"),
                 due_ms: T0 + 9_000,
                 payload: "second".into(),
+                traceparent: None,
             },
             ScheduleMode::Upsert,
         )
@@ -123,6 +124,7 @@ pub async fn if_absent_keeps_a_pending_task_and_reports_its_due(make: Make) {
                 id: id("a"),
                 due_ms: T0 + 7_000,
                 payload: "other".into(),
+                traceparent: None,
             },
             ScheduleMode::IfAbsent,
         )
@@ -272,11 +274,13 @@ pub async fn schedule_many_fails_invalid_items_alone(make: Make) {
         id: id("too-large"),
         due_ms: T0,
         payload: Bytes::from(vec![b'x'; 17]),
+        traceparent: None,
     };
     let too_late = NewTask {
         id: id("too-late"),
         due_ms: delayq_storage::MAX_DUE_MS + 1,
         payload: Bytes::new(),
+        traceparent: None,
     };
     let items = vec![
         (p.clone(), task("ok-1", T0)),
@@ -359,6 +363,7 @@ async fn schedule_in(
                 id: id(name),
                 due_ms,
                 payload: Bytes::from(payload.to_owned()),
+                traceparent: None,
             },
             mode,
         )

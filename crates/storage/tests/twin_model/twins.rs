@@ -260,6 +260,7 @@ impl Twins {
             id,
             due_ms: due_ms(spec.due),
             payload: Bytes::from_static(payload.as_bytes()),
+            traceparent: None,
         };
         (partition, task)
     }

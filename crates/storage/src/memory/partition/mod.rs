@@ -21,6 +21,7 @@ use crate::model::{
     ScheduleMode, ScheduleOutcome, TaskId, TaskInfo, TaskState,
 };
 use crate::recurring::TickOutcome;
+use crate::TraceParent;
 
 /// A live task: pending, in flight or dead.
 #[derive(Debug)]
@@ -38,6 +39,8 @@ struct Record {
     payload: Bytes,
     last_error: Option<String>,
     place: Place,
+    /// The trace context it was scheduled with.
+    traceparent: Option<TraceParent>,
 }
 
 /// Where a live task is, with what that place needs.
@@ -249,6 +252,7 @@ impl PartitionState {
                 payload: task.payload,
                 last_error: None,
                 place: Place::Pending { at_ms: task.due_ms },
+                traceparent: task.traceparent,
             },
         );
         outcome
@@ -379,6 +383,7 @@ impl PartitionState {
                 attempt: record.attempt,
                 generation: record.generation,
                 payload: record.payload.clone(),
+                traceparent: record.traceparent.clone(),
             });
         }
         if !tasks.is_empty() {

@@ -73,6 +73,7 @@ impl PartitionState {
                 attempt: record.attempt,
                 generation: record.generation,
                 payload: record.payload.clone(),
+                traceparent: record.traceparent.clone(),
             });
         }
         batch

@@ -36,6 +36,7 @@ impl Twins {
                     id,
                     due_ms,
                     payload: Bytes::from_static(payload.as_bytes()),
+                    traceparent: None,
                 };
                 self.schedule("resend", &partition, task, mode).await
             }
