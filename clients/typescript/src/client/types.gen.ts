@@ -991,6 +991,12 @@ export type ScheduleTasksData = {
      * At most 10,000 tasks, each with its id, one of delay_ms, due_ms, in, at, and an optional payload and mode; a malformed item refuses the whole body (400 naming its index)
      */
     body: Array<BulkTask>;
+    headers?: {
+        /**
+         * W3C trace context of the caller: every task's fire links to it (ignored when malformed)
+         */
+        traceparent?: string | null;
+    };
     path: {
         /**
          * 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-'
@@ -1141,9 +1147,15 @@ export type GetTaskResponse = GetTaskResponses[keyof GetTaskResponses];
 
 export type ScheduleTaskData = {
     /**
-     * Exactly one of delay_ms, due_ms, in (a duration like "30s") and at (RFC 3339); an optional payload and mode (replace, if_absent, earlier, later)
+     * Exactly one of delay_ms, due_ms, in (a duration like "30s") and at (RFC 3339); an optional payload and mode (replace, if_absent, earlier, later); id, when given, must be the path's
      */
     body: TaskBody;
+    headers?: {
+        /**
+         * W3C trace context of the caller: the fire's span links to it (ignored when malformed)
+         */
+        traceparent?: string | null;
+    };
     path: {
         /**
          * 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-'

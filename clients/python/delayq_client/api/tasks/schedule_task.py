@@ -9,7 +9,7 @@ from ...client import AuthenticatedClient, Client
 from ...models.error_body import ErrorBody
 from ...models.scheduled import Scheduled
 from ...models.task_body import TaskBody
-from ...types import Response
+from ...types import UNSET, Response, Unset
 
 
 def _get_kwargs(
@@ -17,8 +17,11 @@ def _get_kwargs(
     id: str,
     *,
     body: TaskBody,
+    traceparent: None | str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
+    if not isinstance(traceparent, Unset):
+        headers["traceparent"] = traceparent
 
     _kwargs: dict[str, Any] = {
         "method": "put",
@@ -95,6 +98,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient,
     body: TaskBody,
+    traceparent: None | str | Unset = UNSET,
 ) -> Response[ErrorBody | Scheduled]:
     """Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 
@@ -102,6 +106,7 @@ def sync_detailed(
         queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
         id (str): 1 to 512 bytes of UTF-8 (512 ASCII characters, fewer when they take more bytes),
             no NUL Example: order-42.
+        traceparent (None | str | Unset):
         body (TaskBody): Exactly one of delay_ms, due_ms, in and at; an optional payload and mode.
             A field is given with its value or left out (null is refused). An "id" equal to the path's
             is tolerated. Example: {'in': '30s', 'payload': '{"order":42}'}.
@@ -118,6 +123,7 @@ def sync_detailed(
         queue=queue,
         id=id,
         body=body,
+        traceparent=traceparent,
     )
 
     response = client.get_httpx_client().request(
@@ -133,6 +139,7 @@ def sync(
     *,
     client: AuthenticatedClient,
     body: TaskBody,
+    traceparent: None | str | Unset = UNSET,
 ) -> ErrorBody | Scheduled | None:
     """Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 
@@ -140,6 +147,7 @@ def sync(
         queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
         id (str): 1 to 512 bytes of UTF-8 (512 ASCII characters, fewer when they take more bytes),
             no NUL Example: order-42.
+        traceparent (None | str | Unset):
         body (TaskBody): Exactly one of delay_ms, due_ms, in and at; an optional payload and mode.
             A field is given with its value or left out (null is refused). An "id" equal to the path's
             is tolerated. Example: {'in': '30s', 'payload': '{"order":42}'}.
@@ -157,6 +165,7 @@ def sync(
         id=id,
         client=client,
         body=body,
+        traceparent=traceparent,
     ).parsed
 
 
@@ -166,6 +175,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient,
     body: TaskBody,
+    traceparent: None | str | Unset = UNSET,
 ) -> Response[ErrorBody | Scheduled]:
     """Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 
@@ -173,6 +183,7 @@ async def asyncio_detailed(
         queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
         id (str): 1 to 512 bytes of UTF-8 (512 ASCII characters, fewer when they take more bytes),
             no NUL Example: order-42.
+        traceparent (None | str | Unset):
         body (TaskBody): Exactly one of delay_ms, due_ms, in and at; an optional payload and mode.
             A field is given with its value or left out (null is refused). An "id" equal to the path's
             is tolerated. Example: {'in': '30s', 'payload': '{"order":42}'}.
@@ -189,6 +200,7 @@ async def asyncio_detailed(
         queue=queue,
         id=id,
         body=body,
+        traceparent=traceparent,
     )
 
     response = await client.get_async_httpx_client().request(**kwargs)
@@ -202,6 +214,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient,
     body: TaskBody,
+    traceparent: None | str | Unset = UNSET,
 ) -> ErrorBody | Scheduled | None:
     """Schedules one task in its mode (replace by default); answers as `delayq schedule`.
 
@@ -209,6 +222,7 @@ async def asyncio(
         queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
         id (str): 1 to 512 bytes of UTF-8 (512 ASCII characters, fewer when they take more bytes),
             no NUL Example: order-42.
+        traceparent (None | str | Unset):
         body (TaskBody): Exactly one of delay_ms, due_ms, in and at; an optional payload and mode.
             A field is given with its value or left out (null is refused). An "id" equal to the path's
             is tolerated. Example: {'in': '30s', 'payload': '{"order":42}'}.
@@ -227,5 +241,6 @@ async def asyncio(
             id=id,
             client=client,
             body=body,
+            traceparent=traceparent,
         )
     ).parsed

@@ -9,15 +9,18 @@ from ...client import AuthenticatedClient, Client
 from ...models.bulk_scheduled import BulkScheduled
 from ...models.bulk_task import BulkTask
 from ...models.error_body import ErrorBody
-from ...types import Response
+from ...types import UNSET, Response, Unset
 
 
 def _get_kwargs(
     queue: str,
     *,
     body: list[BulkTask],
+    traceparent: None | str | Unset = UNSET,
 ) -> dict[str, Any]:
     headers: dict[str, Any] = {}
+    if not isinstance(traceparent, Unset):
+        headers["traceparent"] = traceparent
 
     _kwargs: dict[str, Any] = {
         "method": "post",
@@ -97,6 +100,7 @@ def sync_detailed(
     *,
     client: AuthenticatedClient,
     body: list[BulkTask],
+    traceparent: None | str | Unset = UNSET,
 ) -> Response[BulkScheduled | ErrorBody]:
     """Schedules many tasks of one queue, each in its own `"mode"`:
     `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
@@ -107,6 +111,7 @@ def sync_detailed(
 
     Args:
         queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
+        traceparent (None | str | Unset):
         body (list[BulkTask]):
 
     Raises:
@@ -120,6 +125,7 @@ def sync_detailed(
     kwargs = _get_kwargs(
         queue=queue,
         body=body,
+        traceparent=traceparent,
     )
 
     response = client.get_httpx_client().request(
@@ -134,6 +140,7 @@ def sync(
     *,
     client: AuthenticatedClient,
     body: list[BulkTask],
+    traceparent: None | str | Unset = UNSET,
 ) -> BulkScheduled | ErrorBody | None:
     """Schedules many tasks of one queue, each in its own `"mode"`:
     `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
@@ -144,6 +151,7 @@ def sync(
 
     Args:
         queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
+        traceparent (None | str | Unset):
         body (list[BulkTask]):
 
     Raises:
@@ -158,6 +166,7 @@ def sync(
         queue=queue,
         client=client,
         body=body,
+        traceparent=traceparent,
     ).parsed
 
 
@@ -166,6 +175,7 @@ async def asyncio_detailed(
     *,
     client: AuthenticatedClient,
     body: list[BulkTask],
+    traceparent: None | str | Unset = UNSET,
 ) -> Response[BulkScheduled | ErrorBody]:
     """Schedules many tasks of one queue, each in its own `"mode"`:
     `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
@@ -176,6 +186,7 @@ async def asyncio_detailed(
 
     Args:
         queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
+        traceparent (None | str | Unset):
         body (list[BulkTask]):
 
     Raises:
@@ -189,6 +200,7 @@ async def asyncio_detailed(
     kwargs = _get_kwargs(
         queue=queue,
         body=body,
+        traceparent=traceparent,
     )
 
     response = await client.get_async_httpx_client().request(**kwargs)
@@ -201,6 +213,7 @@ async def asyncio(
     *,
     client: AuthenticatedClient,
     body: list[BulkTask],
+    traceparent: None | str | Unset = UNSET,
 ) -> BulkScheduled | ErrorBody | None:
     """Schedules many tasks of one queue, each in its own `"mode"`:
     `{"scheduled","replaced","duplicates","kept","failed"}` as `delayq schedule --from`
@@ -211,6 +224,7 @@ async def asyncio(
 
     Args:
         queue (str): 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-' Example: orders.
+        traceparent (None | str | Unset):
         body (list[BulkTask]):
 
     Raises:
@@ -226,5 +240,6 @@ async def asyncio(
             queue=queue,
             client=client,
             body=body,
+            traceparent=traceparent,
         )
     ).parsed
