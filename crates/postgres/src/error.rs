@@ -102,6 +102,26 @@ impl Error {
         }
     }
 
+    /// The same error, saying that what it interrupted may have been applied.
+    pub(crate) fn with_unknown_outcome(self) -> Self {
+        match self {
+            Error::Database {
+                operation,
+                class,
+                code,
+                message,
+            } => Error::Database {
+                operation,
+                class,
+                code,
+                message: format!(
+                    "{message} (the connection was lost during COMMIT: it may have been applied)"
+                ),
+            },
+            other => other,
+        }
+    }
+
     /// A bad setting.
     pub(crate) fn invalid(field: &'static str, value: &str, reason: &str) -> Self {
         Error::InvalidConfig {

@@ -270,7 +270,9 @@ impl Database {
 
     /// Runs `work` in a transaction (read committed) on a pooled connection and commits it;
     /// on a transient failure (a serialization failure, a deadlock, a lost connection) the
-    /// transaction is rolled back and `work` runs again in a new one.
+    /// transaction is rolled back and `work` runs again in a new one. A connection lost
+    /// during the COMMIT itself is not tried again, as the transaction may have been applied:
+    /// the error is transient and says that its outcome is unknown.
     pub async fn transaction<T, F>(&self, operation: &'static str, work: F) -> Result<T>
     where
         T: Send,
@@ -303,6 +305,9 @@ impl Database {
         let mut attempt = 1;
         loop {
             let span = tracing::debug_span!("postgres", operation, attempt);
+            // Set when the connection was lost during COMMIT: the transaction may have been
+            // applied, so it is not run again.
+            let mut outcome_unknown = false;
             let result = async {
                 let mut client = self.client(operation).await?;
                 let result = async {
@@ -312,7 +317,12 @@ impl Database {
                         .start()
                         .await?;
                     let value = work(&transaction).await?;
-                    transaction.commit().await?;
+                    if let Err(error) = transaction.commit().await {
+                        // A server's answer (a serialization failure at commit) means rolled
+                        // back; no answer means unknown.
+                        outcome_unknown = error.code().is_none();
+                        return Err(error);
+                    }
                     Ok(value)
                 }
                 .await;
@@ -322,12 +332,14 @@ impl Database {
             .await;
             match result {
                 Err(error)
-                    if self
-                        .pause_before_retry(operation, started, attempt, &error)
-                        .await =>
+                    if !outcome_unknown
+                        && self
+                            .pause_before_retry(operation, started, attempt, &error)
+                            .await =>
                 {
                     attempt += 1;
                 }
+                Err(error) if outcome_unknown => return Err(error.with_unknown_outcome()),
                 result => return result,
             }
         }

@@ -211,3 +211,125 @@ async fn a_refused_login_is_permanent_and_shows_no_password() {
     assert!(!error.to_string().contains("wrong-secret-42"), "{error}");
     assert!(!format!("{database:?}").contains("wrong-secret-42"));
 }
+
+/// A TCP proxy to `upstream` that, once, forwards a client's `COMMIT` and then cuts both
+/// sides before the server's answer comes back: a commit whose reply is lost.
+async fn commit_cutting_proxy(upstream: u16) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the proxy");
+    let port = listener.local_addr().expect("proxy address").port();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let armed = armed.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                let cut = std::sync::atomic::AtomicBool::new(false);
+                let upward = async {
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    loop {
+                        let read = match client_read.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(read) => read,
+                        };
+                        let chunk = &buffer[..read];
+                        // The simple-query message of tokio-postgres's COMMIT (not the
+                        // "READ COMMITTED" of a START TRANSACTION).
+                        const COMMIT: &[u8] = b"Q\0\0\0\x0bCOMMIT\0";
+                        let commit = chunk.windows(COMMIT.len()).any(|window| window == COMMIT)
+                            && armed.swap(false, Ordering::SeqCst);
+                        if commit {
+                            // Nothing the server says from now on reaches the client.
+                            cut.store(true, Ordering::SeqCst);
+                        }
+                        if server_write.write_all(chunk).await.is_err() {
+                            return;
+                        }
+                        if commit {
+                            // Let the server read and run it, then drop the connection.
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            return;
+                        }
+                    }
+                };
+                let downward = async {
+                    let mut buffer = vec![0u8; 64 * 1024];
+                    loop {
+                        let read = match server_read.read(&mut buffer).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(read) => read,
+                        };
+                        if cut.load(Ordering::SeqCst) {
+                            continue;
+                        }
+                        if client_write.write_all(&buffer[..read]).await.is_err() {
+                            return;
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = upward => {}
+                    _ = downward => {}
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_reply_is_lost_is_not_run_again_and_says_so() {
+    let server = PostgresServer::start();
+    server
+        .psql("CREATE TABLE applied (n int); GRANT ALL ON applied TO delayq")
+        .expect("set up");
+    let port = commit_cutting_proxy(server.port()).await;
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{port}/{}?sslmode=disable",
+        PostgresServer::USER,
+        PostgresServer::PASSWORD,
+        delayq_testkit::POSTGRES_DATABASE
+    );
+    let database = Database::new(&PostgresConfig::new(url)).expect("valid settings");
+    let runs = Arc::new(AtomicU32::new(0));
+    let error = database
+        .transaction("insert once", |transaction| {
+            let runs = runs.clone();
+            Box::pin(async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                transaction
+                    .execute("INSERT INTO applied VALUES (1)", &[])
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .await
+        .expect_err("the commit's reply was cut");
+    assert!(error.is_transient(), "{error}");
+    assert!(
+        error.to_string().contains("may have been applied"),
+        "{error}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "not run again");
+    // The server did commit it: exactly one row, never two.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let count = server.psql("SELECT count(*) FROM applied").expect("count");
+        if count == "1" {
+            break;
+        }
+        assert_eq!(count, "0", "applied twice");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the commit never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
