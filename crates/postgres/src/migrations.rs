@@ -37,6 +37,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "tasks",
         sql: include_str!("../migrations/0002_tasks.sql"),
     },
+    Migration {
+        version: 3,
+        name: "task_traces",
+        sql: include_str!("../migrations/0003_task_traces.sql"),
+    },
 ];
 
 /// FNV-1a, 64 bits: stable across Rust releases and platforms, unlike std's hasher.

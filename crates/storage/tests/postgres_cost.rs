@@ -43,6 +43,7 @@ async fn cost_of_firing(concurrent_acks: bool) -> (f64, f64) {
                 id: TaskId::new(format!("t-{n}")).expect("valid id"),
                 due_ms: T0,
                 payload: "x".repeat(50).into(),
+                traceparent: None,
             };
             (partition.clone(), task)
         })

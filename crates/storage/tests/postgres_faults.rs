@@ -19,6 +19,7 @@ fn task(name: &str, due_ms: u64) -> NewTask {
         id: TaskId::new(name).expect("valid id"),
         due_ms,
         payload: format!("payload of {name}").into(),
+        traceparent: None,
     }
 }
 

@@ -17,6 +17,7 @@ use crate::model::{
     TaskInfo, TaskState,
 };
 use crate::recurring::TickOutcome;
+use crate::TraceParent;
 
 /// Where a live task is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,7 @@ pub(super) struct TaskRow {
     generation: u64,
     payload: Vec<u8>,
     last_error: Option<String>,
+    traceparent: Option<TraceParent>,
 }
 
 impl TaskRow {
@@ -65,8 +67,15 @@ impl TaskRow {
             generation: from_db(row.get(5)),
             payload: row.get(7),
             last_error: row.get(8),
+            traceparent: stored_traceparent(row.get(9)),
         }
     }
+}
+
+/// A stored `traceparent` column; one that no longer parses (written by outside tooling) is
+/// dropped: the task fires without it.
+fn stored_traceparent(value: Option<&str>) -> Option<TraceParent> {
+    TraceParent::parse(value?).ok()
 }
 
 /// A done record.
@@ -342,6 +351,7 @@ impl<'t, 'x> Part<'t, 'x> {
                 &to_db(task.due_ms),
                 &generation,
                 &task.payload.as_ref(),
+                &task.traceparent.as_ref().map(TraceParent::as_str),
             ],
         )
         .await?;
@@ -486,6 +496,7 @@ impl<'t, 'x> Part<'t, 'x> {
                 attempt: u32::try_from(row.get::<_, i32>(2)).unwrap_or(0),
                 generation,
                 payload: Bytes::from(payload),
+                traceparent: stored_traceparent(row.get(5)),
             });
         }
         let next_due_ms = if tasks.is_empty() {
@@ -551,6 +562,7 @@ impl<'t, 'x> Part<'t, 'x> {
                 attempt: record.attempt,
                 generation: record.generation,
                 payload: Bytes::from(record.payload),
+                traceparent: record.traceparent,
             });
         }
         Ok(batch)

@@ -22,9 +22,10 @@ pub(crate) struct Sql {
     pub queue_partitions: String,
 
     /// One live task. `$1, $2, $3 id` → state, at_ms, due_ms, scheduled_due_ms, attempt,
-    /// generation, claim, payload, last_error.
+    /// generation, claim, payload, last_error, traceparent.
     pub select_task: String,
-    /// Inserts or replaces a pending task. `$1, $2, $3 id, $4 due, $5 generation, $6 payload`.
+    /// Inserts or replaces a pending task. `$1, $2, $3 id, $4 due, $5 generation, $6 payload,
+    /// $7 traceparent`.
     pub put_pending: String,
     /// Deletes a live task. `$1, $2, $3 id`.
     pub delete_task: String,
@@ -57,7 +58,7 @@ pub(crate) struct Sql {
     pub prune_done: String,
 
     /// Up to `$4` due pending tasks at or before `$3`, oldest first, locked: id, due_ms,
-    /// attempt, generation, payload.
+    /// attempt, generation, payload, traceparent.
     pub due_tasks: String,
     /// Moves claimed tasks in flight, forgets their superseded claims, keeps the claim's
     /// receipt and the partition's sequence, and returns the earliest pending time left: one
@@ -123,15 +124,15 @@ impl Sql {
 
             select_task: s(&format!(
                 "SELECT state, at_ms, due_ms, scheduled_due_ms, attempt, generation, claim, payload, \
-                 last_error FROM {{schema}}.tasks WHERE {task_key}"
+                 last_error, traceparent FROM {{schema}}.tasks WHERE {task_key}"
             )),
             put_pending: s(
                 "INSERT INTO {schema}.tasks (queue, idx, id, state, at_ms, due_ms, scheduled_due_ms, \
-                 attempt, generation, claim, payload, last_error) \
-                 VALUES ($1, $2, $3, 'pending', $4, $4, $4, 1, $5, NULL, $6, NULL) \
+                 attempt, generation, claim, payload, last_error, traceparent) \
+                 VALUES ($1, $2, $3, 'pending', $4, $4, $4, 1, $5, NULL, $6, NULL, $7) \
                  ON CONFLICT (queue, idx, id) DO UPDATE SET state = 'pending', at_ms = $4, \
                  due_ms = $4, scheduled_due_ms = $4, attempt = 1, generation = $5, claim = NULL, \
-                 payload = $6, last_error = NULL",
+                 payload = $6, last_error = NULL, traceparent = $7",
             ),
             delete_task: s(&format!("DELETE FROM {{schema}}.tasks WHERE {task_key}")),
             cancel_inflight: s(&format!(
@@ -184,7 +185,7 @@ impl Sql {
             ),
 
             due_tasks: s(
-                "SELECT id, due_ms, attempt, generation, payload FROM {schema}.tasks \
+                "SELECT id, due_ms, attempt, generation, payload, traceparent FROM {schema}.tasks \
                  WHERE queue = $1 AND idx = $2 AND state = 'pending' AND at_ms <= $3 \
                  ORDER BY at_ms, id LIMIT $4 FOR UPDATE SKIP LOCKED",
             ),
