@@ -3,7 +3,7 @@
 //! the node gauges of the metrics. The `delayq` command line and `delayq-http` use these.
 //!
 //! A listing of N entries (`pending`, `dead_letters`; N in 1..=[`MAX_LIST_LIMIT`], else
-//! [`EngineError::InvalidLimit`](crate::EngineError::InvalidLimit)) reads at most N records
+//! [`EngineError::InvalidLimit`]) reads at most N records
 //! from the store overall: first the ids and scores of up to N entries of each partition (a
 //! queue is spread over its partitions), merged and cut to N, then the records of only those
 //! N. The payloads come whole; the HTTP API and the command line cut them to a preview.

@@ -39,8 +39,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 3,
-        name: "traceparent",
-        sql: include_str!("../migrations/0003_traceparent.sql"),
+        name: "task_traces",
+        sql: include_str!("../migrations/0003_task_traces.sql"),
     },
 ];
 

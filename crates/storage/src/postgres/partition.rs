@@ -40,12 +40,6 @@ pub(super) struct TaskRow {
     traceparent: Option<TraceParent>,
 }
 
-/// A stored `traceparent`: validated when it was written, so one that does not parse (written
-/// by outside tooling) is dropped rather than fail the claim.
-fn traceparent_of(stored: Option<String>) -> Option<TraceParent> {
-    TraceParent::parse(&stored?).ok()
-}
-
 impl TaskRow {
     fn current_due_ms(&self) -> u64 {
         match self.place {
@@ -73,9 +67,15 @@ impl TaskRow {
             generation: from_db(row.get(5)),
             payload: row.get(7),
             last_error: row.get(8),
-            traceparent: traceparent_of(row.get(9)),
+            traceparent: stored_traceparent(row.get(9)),
         }
     }
+}
+
+/// A stored `traceparent` column; one that no longer parses (written by outside tooling) is
+/// dropped: the task fires without it.
+fn stored_traceparent(value: Option<&str>) -> Option<TraceParent> {
+    TraceParent::parse(value?).ok()
 }
 
 /// A done record.
@@ -496,7 +496,7 @@ impl<'t, 'x> Part<'t, 'x> {
                 attempt: u32::try_from(row.get::<_, i32>(2)).unwrap_or(0),
                 generation,
                 payload: Bytes::from(payload),
-                traceparent: traceparent_of(row.get(5)),
+                traceparent: stored_traceparent(row.get(5)),
             });
         }
         let next_due_ms = if tasks.is_empty() {
