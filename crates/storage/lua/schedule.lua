@@ -126,16 +126,23 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
       dead = redis.call('ZSCORE', dead_key, id)
       live = dead
     end
+    -- The scheduled due (the dedup key). A pending record leaves it implicit when it equals
+    -- the due score, as after a retry due at the very scheduled due.
+    local sched = sched_of(rec)
+    if sched == '' and pending then
+      sched = pending
+    end
+    local same_due = sched ~= '' and tonumber(sched) == tonumber(due)
     local verdict
     if live then
       if if_absent then
         return 'K' .. (pending or rec.due)
       end
-      if not pending and not dead and retention > 0 and sched_of(rec) == due then
+      if not pending and not dead and retention > 0 and same_due then
         -- In flight for this very due: a resend of the fire that is running (guarantee 6).
         return 'D'
       end
-      if retention > 0 and sched_of(rec) == due and (dead or (pending and rec.attempt > 1)) then
+      if retention > 0 and same_due and (dead or (pending and rec.attempt > 1)) then
         -- Waiting for a retry, or dead, for this very due: that fire happened; a resend must
         -- not reset the attempts, the backoff or the generation (guarantee 6).
         return 'D'

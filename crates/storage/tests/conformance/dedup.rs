@@ -333,6 +333,29 @@ pub async fn same_id_and_due_while_waiting_for_a_retry_is_duplicate_and_changes_
     assert_eq!(get(&store, &p, "a").await.attempt, 1);
 }
 
+/// Found by the twin model (seed 1796325823767982356): a retry due at the very scheduled due
+/// (an immediate retry of a task claimed at its due) left the Redis record's scheduled due
+/// implicit, and a resend of that due replaced the waiting retry instead of being a duplicate.
+pub async fn same_id_and_due_while_an_immediate_retry_waits_is_duplicate(make: Make) {
+    let (store, p) = setup(make).await;
+    schedule(&store, &p, "a", T0).await;
+    let first = claim_one(&store, &p, T0).await;
+    retry_at(&store, &first, "boom", T0).await;
+    let before = get(&store, &p, "a").await;
+    assert_eq!((before.state, before.attempt), (TaskState::Pending, 2));
+    assert_eq!(
+        schedule(&store, &p, "a", T0).await,
+        ScheduleOutcome::Duplicate,
+        "a resend of the due that fired while its immediate retry waits"
+    );
+    let after = get(&store, &p, "a").await;
+    assert_eq!(
+        (after.attempt, after.generation),
+        (2, before.generation),
+        "no reset of the attempts or the generation"
+    );
+}
+
 pub async fn same_id_and_due_once_dead_is_duplicate_and_the_dead_letter_stays(make: Make) {
     let (store, p) = setup(make).await;
     schedule_dead(&store, &p, "a", T0, "gave up").await;

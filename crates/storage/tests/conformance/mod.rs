@@ -416,6 +416,7 @@ macro_rules! conformance_suite {
                 another_due_while_inflight_replaces_and_fires_at_the_new_due,
                 with_zero_retention_a_resend_while_inflight_replaces,
                 same_id_and_due_while_waiting_for_a_retry_is_duplicate_and_changes_nothing,
+                same_id_and_due_while_an_immediate_retry_waits_is_duplicate,
                 same_id_and_due_once_dead_is_duplicate_and_the_dead_letter_stays,
                 with_zero_retention_a_resend_while_waiting_for_a_retry_replaces,
             ],
