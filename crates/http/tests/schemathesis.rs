@@ -68,6 +68,8 @@ async fn run_against(base: &str, token: Option<&str>) {
             reports.path().join("hypothesis"),
         )
         .env("SCHEMATHESIS_HOOKS", hooks())
+        // The hooks file is imported from the source tree: no __pycache__ beside it.
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .current_dir(reports.path());
     if let Some(token) = token {
         command.args(["--header", &format!("Authorization: Bearer {token}")]);
