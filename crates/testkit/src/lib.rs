@@ -280,15 +280,10 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let log = self.log();
-            let tail: Vec<&str> = log.lines().rev().take(30).collect();
-            eprintln!(
-                "--- redis-server on port {} (last lines of its log) ---",
-                self.port
+            eprint!(
+                "{}",
+                process::log_tail("redis-server", self.port, &self.log(), 30)
             );
-            for line in tail.iter().rev() {
-                eprintln!("{line}");
-            }
         }
         self.kill();
     }

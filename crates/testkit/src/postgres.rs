@@ -150,17 +150,7 @@ impl PostgresServer {
 
     /// The last `lines` lines of the log, headed by the port, for failure messages.
     pub fn log_tail(&self, lines: usize) -> String {
-        let log = self.log();
-        let tail: Vec<&str> = log.lines().rev().take(lines).collect();
-        let mut text = format!(
-            "--- postgres on port {} (last lines of its log) ---\n",
-            self.port
-        );
-        for line in tail.iter().rev() {
-            text.push_str(line);
-            text.push('\n');
-        }
-        text
+        crate::process::log_tail("postgres", self.port, &self.log(), lines)
     }
 
     /// Runs `sql` with `psql` as the superuser over the unix socket, on [`DATABASE`], and

@@ -93,17 +93,7 @@ impl RedisProcess {
 
     /// The last `lines` lines of the log, headed by the role and port, for failure messages.
     pub fn log_tail(&self, lines: usize) -> String {
-        let log = self.log();
-        let tail: Vec<&str> = log.lines().rev().take(lines).collect();
-        let mut text = format!(
-            "--- {} on port {} (last lines of its log) ---\n",
-            self.role, self.port
-        );
-        for line in tail.iter().rev() {
-            text.push_str(line);
-            text.push('\n');
-        }
-        text
+        log_tail(self.role, self.port, &self.log(), lines)
     }
 
     /// Kills the process with SIGKILL (no shutdown, no save) and reaps it.
@@ -204,6 +194,18 @@ impl Drop for RedisProcess {
         }
         self.kill();
     }
+}
+
+/// The last `lines` lines of a server's `log`, headed by its role and port: what a failing
+/// test prints of every server the harness started.
+pub(crate) fn log_tail(role: &str, port: u16, log: &str, lines: usize) -> String {
+    let tail: Vec<&str> = log.lines().rev().take(lines).collect();
+    let mut text = format!("--- {role} on port {port} (last lines of its log) ---\n");
+    for line in tail.iter().rev() {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
 }
 
 /// Next port to try for [`port_pair`]; each test process starts at its own offset.
