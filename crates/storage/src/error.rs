@@ -148,6 +148,45 @@ impl StorageError {
                 | StorageError::ReplicationTimeout { .. }
         )
     }
+
+    /// A copy of this error for each item of a group (one backend call, one transaction)
+    /// that failed with it: the transient kinds and `NoSuchPartition` keep their kind and
+    /// fields, so each item's caller can still tell whether to retry; any other kind becomes
+    /// a `Backend` error of `operation` carrying this one's message.
+    pub(crate) fn copy_for(&self, operation: &'static str) -> StorageError {
+        match self {
+            StorageError::NoSuchPartition {
+                queue,
+                index,
+                partitions,
+            } => StorageError::NoSuchPartition {
+                queue: queue.clone(),
+                index: *index,
+                partitions: *partitions,
+            },
+            StorageError::ReplicationTimeout {
+                operation,
+                wanted,
+                confirmed,
+            } => StorageError::ReplicationTimeout {
+                operation,
+                wanted: *wanted,
+                confirmed: *confirmed,
+            },
+            StorageError::ConnectionLost { operation, message } => StorageError::ConnectionLost {
+                operation,
+                message: message.clone(),
+            },
+            StorageError::Timeout { operation, message } => StorageError::Timeout {
+                operation,
+                message: message.clone(),
+            },
+            other => StorageError::Backend {
+                operation,
+                message: other.to_string(),
+            },
+        }
+    }
 }
 
 /// `Result` with [`StorageError`].

@@ -40,33 +40,6 @@ fn stale(token: &LeaseToken) -> impl FnOnce(StaleLease) -> StorageError + '_ {
 /// long the partition stays locked).
 const SCHEDULE_CHUNK: usize = 256;
 
-/// A copy of `error` (of `operation`) for each item of a group that failed together.
-fn copy_error(error: &StorageError, operation: &'static str) -> StorageError {
-    match error {
-        StorageError::NoSuchPartition {
-            queue,
-            index,
-            partitions,
-        } => StorageError::NoSuchPartition {
-            queue: queue.clone(),
-            index: *index,
-            partitions: *partitions,
-        },
-        StorageError::ConnectionLost { operation, message } => StorageError::ConnectionLost {
-            operation,
-            message: message.clone(),
-        },
-        StorageError::Timeout { operation, message } => StorageError::Timeout {
-            operation,
-            message: message.clone(),
-        },
-        other => StorageError::Backend {
-            operation,
-            message: other.to_string(),
-        },
-    }
-}
-
 /// The key of the advisory lock that serializes a queue's global slots.
 fn slots_lock_key(queue: &QueueName) -> i64 {
     crate::hash::stable_hash(format!("delayq.global_slots.{queue}").as_bytes()) as i64
@@ -188,10 +161,7 @@ impl PostgresStore {
                     Err(refused) => Err(stale(token)(refused)),
                 })
                 .collect(),
-            Err(error) => tokens
-                .iter()
-                .map(|_| Err(copy_error(&error, "ack")))
-                .collect(),
+            Err(error) => tokens.iter().map(|_| Err(error.copy_for("ack"))).collect(),
         }
     }
 
@@ -321,7 +291,7 @@ impl TaskStore for PostgresStore {
                     }
                     Err(error) => {
                         for (index, _) in chunk {
-                            results[*index] = Some(Err(copy_error(&error, "schedule_many")));
+                            results[*index] = Some(Err(error.copy_for("schedule_many")));
                         }
                     }
                 }

@@ -384,35 +384,8 @@ fn parse_grouped<'a>(
 fn unconfirmed(results: Vec<ItemResult>, error: &StorageError) -> Vec<ItemResult> {
     results
         .into_iter()
-        .map(|result| result.and_then(|_| Err(copy_storage_error(error))))
+        .map(|result| result.and_then(|_| Err(error.copy_for(OPERATION))))
         .collect()
-}
-
-/// A copy of an error of `confirm` (only transient kinds and `Backend` come from it).
-fn copy_storage_error(error: &StorageError) -> StorageError {
-    match error {
-        StorageError::ReplicationTimeout {
-            operation,
-            wanted,
-            confirmed,
-        } => StorageError::ReplicationTimeout {
-            operation,
-            wanted: *wanted,
-            confirmed: *confirmed,
-        },
-        StorageError::Timeout { operation, message } => StorageError::Timeout {
-            operation,
-            message: message.clone(),
-        },
-        StorageError::ConnectionLost { operation, message } => StorageError::ConnectionLost {
-            operation,
-            message: message.clone(),
-        },
-        other => StorageError::Backend {
-            operation: OPERATION,
-            message: other.to_string(),
-        },
-    }
 }
 
 fn not_sent() -> StorageError {
