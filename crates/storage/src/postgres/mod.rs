@@ -128,8 +128,8 @@ pub(crate) fn from_layer(operation: &'static str, error: delayq_postgres::Error)
 }
 
 /// A millisecond or count as the database's `bigint` (every value the store accepts fits).
-pub(crate) fn to_db(value: u64) -> i64 {
-    i64::try_from(value).unwrap_or(i64::MAX)
+pub(crate) fn to_db(value: impl TryInto<i64>) -> i64 {
+    value.try_into().unwrap_or(i64::MAX)
 }
 
 /// A `bigint` read back (never negative for what the store writes).

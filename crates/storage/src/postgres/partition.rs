@@ -464,10 +464,7 @@ impl<'t, 'x> Part<'t, 'x> {
     ) -> Result<ClaimBatch, PgError> {
         let now_ms = now_ms.min(self.now_ms);
         let rows = self
-            .query(
-                &self.sql.due_tasks,
-                &[&to_db(now_ms), &i64::try_from(limit).unwrap_or(i64::MAX)],
-            )
+            .query(&self.sql.due_tasks, &[&to_db(now_ms), &to_db(limit)])
             .await?;
         let mut tasks = Vec::with_capacity(rows.len());
         let mut bytes = 0usize;
@@ -590,11 +587,7 @@ impl<'t, 'x> Part<'t, 'x> {
         let rows = self
             .query(
                 &self.sql.window,
-                &[
-                    &to_db(from_ms),
-                    &to_db(to_ms),
-                    &i64::try_from(limit).unwrap_or(i64::MAX),
-                ],
+                &[&to_db(from_ms), &to_db(to_ms), &to_db(limit)],
             )
             .await?;
         Ok(rows
@@ -854,10 +847,7 @@ impl<'t, 'x> Part<'t, 'x> {
     ) -> Result<Vec<TaskId>, PgError> {
         let now_ms = now_ms.min(self.now_ms);
         let rows = self
-            .query(
-                &self.sql.expired_leases,
-                &[&to_db(now_ms), &i64::try_from(limit).unwrap_or(i64::MAX)],
-            )
+            .query(&self.sql.expired_leases, &[&to_db(now_ms), &to_db(limit)])
             .await?;
         let mut requeued = Vec::new();
         for row in rows {
@@ -900,10 +890,7 @@ impl<'t, 'x> Part<'t, 'x> {
     ) -> Result<u64, PgError> {
         self.exec(
             &self.sql.prune_done,
-            &[
-                &to_db(older_than_ms),
-                &i64::try_from(limit).unwrap_or(i64::MAX),
-            ],
+            &[&to_db(older_than_ms), &to_db(limit)],
         )
         .await
     }
@@ -925,12 +912,7 @@ impl<'t, 'x> Part<'t, 'x> {
 
     /// Up to `limit` dead letters, oldest first.
     pub(super) async fn list_dead(&self, limit: usize) -> Result<Vec<DeadTask>, PgError> {
-        let rows = self
-            .query(
-                &self.sql.list_dead,
-                &[&i64::try_from(limit).unwrap_or(i64::MAX)],
-            )
-            .await?;
+        let rows = self.query(&self.sql.list_dead, &[&to_db(limit)]).await?;
         Ok(rows
             .iter()
             .filter_map(|row| {
@@ -948,12 +930,7 @@ impl<'t, 'x> Part<'t, 'x> {
 
     /// The `(id, failed_ms)` of up to `limit` dead letters, oldest first.
     pub(super) async fn peek_dead(&self, limit: usize) -> Result<Vec<(TaskId, u64)>, PgError> {
-        let rows = self
-            .query(
-                &self.sql.peek_dead,
-                &[&i64::try_from(limit).unwrap_or(i64::MAX)],
-            )
-            .await?;
+        let rows = self.query(&self.sql.peek_dead, &[&to_db(limit)]).await?;
         Ok(rows
             .iter()
             .filter_map(|row| {

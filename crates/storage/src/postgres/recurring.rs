@@ -149,7 +149,7 @@ impl RecurringStore for PostgresStore {
         let schema = self.inner.database.schema().clone();
         let shard = i32::try_from(shard).unwrap_or(0);
         let until = to_db(until_ms);
-        let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+        let limit = to_db(limit.max(1));
         self.inner
             .database
             .run("recurring_due", move |client| {
