@@ -369,21 +369,12 @@ fn a_node_run_as_the_deployment_runs_it_answers_its_probes_and_drains_in_time() 
         .env("DELAYQ_NODE_NAME", "delayq-7d9f8-abcde");
     let mut node = common::NodeProcess::spawn("deployment", command);
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut seen = BTreeMap::new();
-    while Instant::now() < deadline {
-        for path in ["/healthz", "/readyz"] {
-            seen.insert(path, get_status(port, path));
-        }
-        if seen.values().all(|status| *status == Some(200)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(
-        seen.values().all(|status| *status == Some(200)),
-        "the probe paths answer {seen:?}, not 200: {}",
-        node.stderr_text()
+    let probes = || ["/healthz", "/readyz"].map(|path| (path, get_status(port, path)));
+    common::wait_until(
+        Duration::from_secs(60),
+        "200 from both probe paths",
+        || probes().iter().all(|(_, status)| *status == Some(200)),
+        || format!("they answer {:?}: {}", probes(), node.stderr_text()),
     );
 
     // SIGTERM, as the kubelet sends it: the node drains and exits well within the grace period.

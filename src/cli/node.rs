@@ -138,9 +138,7 @@ pub async fn run(args: NodeArgs, config: Config) -> CliResult<()> {
 /// HTTP address, `STOPPING=1` when a signal starts the drain. A failure to tell is logged and
 /// changes nothing else: systemd then waits for its own start timeout.
 fn notify_systemd(state: sd_notify::NotifyState<'_>) {
-    if std::env::var_os("NOTIFY_SOCKET").is_none() {
-        return;
-    }
+    // sd_notify::notify itself does nothing when NOTIFY_SOCKET is unset.
     if let Err(error) = sd_notify::notify(&[state]) {
         tracing::warn!(%error, "could not notify systemd through NOTIFY_SOCKET");
     }
