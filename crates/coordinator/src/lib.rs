@@ -61,6 +61,7 @@ mod clock;
 mod config;
 mod error;
 mod memory;
+mod postgres;
 mod redis;
 mod tasks;
 mod wakeups;
@@ -73,5 +74,6 @@ pub use clock::{
 pub use config::{host_name, validate};
 pub use error::{CoordinatorError, CoordinatorResult};
 pub use memory::{MemoryCluster, MemoryCoordinator};
+pub use postgres::PostgresCoordinator;
 pub use redis::RedisCoordinator;
 pub use wakeups::{WakeupReceiver, WakeupStats, WAKEUP_CAPACITY};

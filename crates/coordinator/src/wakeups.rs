@@ -285,9 +285,84 @@ impl WakeupReceiver {
     }
 }
 
+/// A wake-up as a pub/sub or NOTIFY payload: `queue \n partition \n due_ms`.
+pub(crate) fn encode_wakeup(wakeup: &Wakeup) -> String {
+    format!("{}\n{}\n{}", wakeup.queue, wakeup.partition, wakeup.due_ms)
+}
+
+/// The longest payload [`encode_wakeup`] writes: a 64-byte queue name, a `u32` and a `u64`.
+const MAX_WAKEUP_PAYLOAD: usize = 64 + 1 + 10 + 1 + 20;
+
+/// Reads a payload of [`encode_wakeup`]; `None` if it is not one: too long, not UTF-8, not
+/// three lines, a queue name that breaks the naming rule (1..=64 of `[A-Za-z0-9_.-]`), or
+/// numbers that do not parse.
+pub(crate) fn decode_wakeup(payload: &[u8]) -> Option<Wakeup> {
+    if payload.len() > MAX_WAKEUP_PAYLOAD {
+        return None;
+    }
+    let payload = std::str::from_utf8(payload).ok()?;
+    let mut parts = payload.split('\n');
+    let queue = parts.next()?;
+    let partition = parts.next()?.parse().ok()?;
+    let due_ms = parts.next()?.parse().ok()?;
+    if parts.next().is_some() || !is_queue_name(queue) {
+        return None;
+    }
+    Some(Wakeup {
+        queue: queue.to_owned(),
+        partition,
+        due_ms,
+    })
+}
+
+/// The queue naming rule of the design (the storage crate checks the same for its keys).
+fn is_queue_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wakeups_round_trip() {
+        let wakeup = Wakeup {
+            queue: "order-timeout".to_owned(),
+            partition: 17,
+            due_ms: 1_700_000_000_123,
+        };
+        assert_eq!(encode_wakeup(&wakeup), "order-timeout\n17\n1700000000123");
+        assert_eq!(
+            decode_wakeup(encode_wakeup(&wakeup).as_bytes()),
+            Some(wakeup)
+        );
+        let longest = format!("{}\n{}\n{}", "q".repeat(64), u32::MAX, u64::MAX);
+        assert!(decode_wakeup(longest.as_bytes()).is_some());
+    }
+
+    #[test]
+    fn malformed_wakeups_are_rejected() {
+        for payload in [
+            "garbage",
+            "q\nx\n1",
+            "q\n1",
+            "q\n1\n2\n3",
+            "q\n-1\n2",
+            "q\n4294967296\n2",
+            "\n1\n2",
+            "bad queue\n1\n2",
+            "bad\nq\n1\n2",
+        ] {
+            assert_eq!(decode_wakeup(payload.as_bytes()), None, "{payload:?}");
+        }
+        let long_name = format!("{}\n1\n2", "q".repeat(65));
+        assert_eq!(decode_wakeup(long_name.as_bytes()), None);
+        assert_eq!(decode_wakeup(&[0xff, b'\n', b'1', b'\n', b'2']), None);
+        assert_eq!(decode_wakeup(&vec![b'q'; 1 << 20]), None);
+    }
 
     fn wakeup(queue: &str, partition: u32, due_ms: u64) -> Wakeup {
         Wakeup {

@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "task_traces",
         sql: include_str!("../migrations/0003_task_traces.sql"),
     },
+    Migration {
+        version: 4,
+        name: "membership",
+        sql: include_str!("../migrations/0004_membership.sql"),
+    },
 ];
 
 /// FNV-1a, 64 bits: stable across Rust releases and platforms, unlike std's hasher.

@@ -30,10 +30,10 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::MissedTickBehavior;
 
 use super::state::Shared;
-use super::wire::decode_wakeup;
 use crate::api::Wakeup;
 use crate::error::CoordinatorError;
 use crate::tasks::{Backoff, Health};
+use crate::wakeups::decode_wakeup;
 use crate::wakeups::WakeupSender;
 
 /// What a member publishes on its own node channel to check that its subscription still

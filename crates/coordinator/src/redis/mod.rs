@@ -96,7 +96,7 @@ use tokio::sync::{oneshot, watch};
 
 use self::listener::{Listener, Partitions};
 use self::state::Shared;
-use self::wire::{decode_registry, encode_wakeup, RawReply, RegistryEntry, ScriptReply};
+use self::wire::{decode_registry, RawReply, RegistryEntry, ScriptReply};
 use crate::api::{
     Coordinator, CoordinatorConfig, Membership, NodeId, NodeInfo, QueueFilter, Wakeup,
 };
@@ -105,6 +105,7 @@ use crate::clock::{ClusterClock, LocalClock};
 use crate::config::{host_name, validate};
 use crate::error::{CoordinatorError, CoordinatorResult};
 use crate::tasks::TaskGroup;
+use crate::wakeups::encode_wakeup;
 use crate::wakeups::{wakeup_mailbox, WakeupMonitor, WakeupReceiver, WakeupStats, WAKEUP_CAPACITY};
 
 /// The longest a wake-up may take before it is given up.

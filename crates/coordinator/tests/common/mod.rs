@@ -20,6 +20,12 @@ pub trait TestCluster: Send + Sync {
     async fn join(&self, name: &str, period_ms: u64, ttl_ms: u64) -> Arc<dyn Coordinator>;
     /// A new observer.
     async fn observe(&self, name: &str, period_ms: u64, ttl_ms: u64) -> Arc<dyn Coordinator>;
+    /// Whether a wake-up reaches only the listeners of its partition (Redis, memory), or the
+    /// partition's owner by the membership as well (PostgreSQL: one wake channel per schema,
+    /// so a node cannot tell whether another one listens; see `PostgresCoordinator`).
+    fn wakeups_exclusive(&self) -> bool {
+        true
+    }
 }
 
 /// `count` new members, named `node-0`, `node-1`, ...
