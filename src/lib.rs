@@ -14,6 +14,10 @@ pub use delayq_storage as storage;
 /// The cluster coordinator: membership, heartbeats, cluster clock, assignment.
 pub use delayq_coordinator as coordinator;
 
+/// The PostgreSQL layer (pool, TLS, migrations), and through it the driver whose transaction
+/// type [`Scheduler::schedule_in_tx`] takes: `delayq::postgres::tokio_postgres`.
+pub use delayq_postgres as postgres;
+
 /// The README's code blocks, compiled as doctests so the embedding example stays true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -7,7 +7,7 @@ use delayq_engine::Scheduler;
 use super::error::{CliError, CliResult};
 use super::output::{print_json, write_stdout, Table};
 use super::values::{self, short_duration};
-use super::{close, producer};
+use super::{close, producer, reader};
 
 /// `delayq pending QUEUE [--limit N]` and `delayq dead QUEUE [--limit N]`.
 #[derive(Debug, clap::Args)]
@@ -39,7 +39,7 @@ pub struct DeadRef {
 /// 40 characters; `--json`: the first 256 bytes with `payload_bytes` and
 /// `payload_truncated`); `delayq get` shows a payload whole.
 pub async fn pending(args: ListArgs, json: bool, config: Config) -> CliResult<()> {
-    let scheduler = producer(config).await?;
+    let scheduler = reader(config).await?;
     let result = scheduler
         .pending(&args.queue, usize::from(args.limit))
         .await;
@@ -79,7 +79,7 @@ pub async fn pending(args: ListArgs, json: bool, config: Config) -> CliResult<()
 /// Prints the dead letters of the queue with their last error (`--json`: payloads as
 /// previews, as for `pending`).
 pub async fn dead(args: ListArgs, json: bool, config: Config) -> CliResult<()> {
-    let scheduler = producer(config).await?;
+    let scheduler = reader(config).await?;
     let result = scheduler
         .dead_letters(&args.queue, usize::from(args.limit))
         .await;

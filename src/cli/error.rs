@@ -68,6 +68,10 @@ impl CliError {
             Ok(storage) => return (*storage).into(),
             Err(other) => other,
         };
+        let error = match error.downcast::<delayq_postgres::Error>() {
+            Ok(postgres) => return (*postgres).into(),
+            Err(other) => other,
+        };
         match error.downcast::<delayq::config::ConfigError>() {
             Ok(config) => CliError::Usage(config.to_string()),
             Err(other) => CliError::Runtime(other.to_string()),
@@ -85,6 +89,10 @@ impl From<EngineError> for CliError {
             | EngineError::DuplicateHandler { .. } => true,
             EngineError::Storage(storage) => is_input_error(storage),
             EngineError::Coordinator(CoordinatorError::InvalidConfig { .. }) => true,
+            EngineError::Postgres(
+                delayq_postgres::Error::InvalidConfig { .. }
+                | delayq_postgres::Error::TlsFile { .. },
+            ) => true,
             // `queue delete` of a queue holding tasks: refused at run time (exit 1), naming
             // the counts.
             EngineError::QueueNotEmpty { .. } => false,
@@ -100,6 +108,12 @@ impl From<EngineError> for CliError {
 
 impl From<StorageError> for CliError {
     fn from(error: StorageError) -> Self {
+        EngineError::from(error).into()
+    }
+}
+
+impl From<delayq_postgres::Error> for CliError {
+    fn from(error: delayq_postgres::Error) -> Self {
         EngineError::from(error).into()
     }
 }

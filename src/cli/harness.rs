@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use delayq_engine::config::Config;
+use delayq_engine::config::{Backend, Config};
+use delayq_postgres::{Database, PostgresConfig};
 use delayq_storage::{Partition, TaskStore};
 use futures::stream::{self, StreamExt};
 use hdrhistogram::Histogram;
@@ -48,24 +49,53 @@ pub(crate) fn run_config(path: Option<&Path>, redis: Option<&str>) -> Result<Con
     Ok(config)
 }
 
-/// The Redis `delayq demo` runs on: `--redis URL` (`flag`), else the topology of an explicit
-/// `--config FILE` or of the environment (`DELAYQ_REDIS_URL`, `DELAYQ_REDIS_CLUSTER`,
-/// `DELAYQ_REDIS_SENTINEL`); `None` (no Redis named): the in-memory backend.
-pub(crate) fn demo_redis(
-    flag: Option<&str>,
+/// The server `delayq demo` runs on: `--redis URL` or `--postgres URL` (the flags), else the
+/// backend of an explicit `--config FILE` or of the environment (`DELAYQ_REDIS_URL`,
+/// `DELAYQ_REDIS_CLUSTER`, `DELAYQ_REDIS_SENTINEL`, `DELAYQ_BACKEND`,
+/// `DELAYQ_POSTGRES_URL`); `None` (no server named): the in-memory backend.
+pub(crate) fn demo_backend(
+    redis: Option<&str>,
+    postgres: Option<&str>,
     path: Option<&Path>,
 ) -> Result<Option<Config>, BoxError> {
     let from_env = [
         "DELAYQ_REDIS_URL",
         "DELAYQ_REDIS_CLUSTER",
         "DELAYQ_REDIS_SENTINEL",
+        "DELAYQ_BACKEND",
+        "DELAYQ_POSTGRES_URL",
     ]
     .iter()
     .any(|variable| std::env::var_os(variable).is_some_and(|value| !value.is_empty()));
-    if flag.is_none() && path.is_none() && !from_env {
+    if redis.is_none() && postgres.is_none() && path.is_none() && !from_env {
         return Ok(None);
     }
-    run_config(path, flag).map(Some)
+    let mut config = run_config(path, redis)?;
+    if redis.is_some() {
+        config.backend = Backend::Redis;
+    }
+    if let Some(url) = postgres {
+        config.backend = Backend::Postgres;
+        config.postgres.url = url.to_owned();
+    }
+    Ok(Some(config))
+}
+
+/// Drops a finished run's PostgreSQL schema (every node is shut down) with all it holds.
+pub(crate) async fn drop_schema(settings: &PostgresConfig) -> Result<(), BoxError> {
+    let database = Database::new(settings)?;
+    let statement = format!(
+        "DROP SCHEMA IF EXISTS {} CASCADE",
+        database.schema().quoted()
+    );
+    database
+        .run("drop the run's schema", |client| {
+            let statement = statement.clone();
+            Box::pin(async move { client.batch_execute(&statement).await })
+        })
+        .await?;
+    tracing::debug!(schema = database.schema().name(), "run schema dropped");
+    Ok(())
 }
 
 /// Removes a finished run's keys (every node is shut down): every key under the run's unique

@@ -6,7 +6,7 @@ use delayq_engine::config::Config;
 use super::error::{CliError, CliResult};
 use super::output::{print_json, write_stdout, Table};
 use super::values::short_duration;
-use super::{close, producer, values};
+use super::{close, producer, reader, values};
 
 /// A task named by its queue and id.
 #[derive(Debug, clap::Args)]
@@ -30,7 +30,7 @@ pub async fn cancel(task: TaskRef, config: Config) -> CliResult<()> {
 
 /// Prints the task as one JSON line, or fails with `not found`.
 pub async fn get(task: TaskRef, config: Config) -> CliResult<()> {
-    let scheduler = producer(config).await?;
+    let scheduler = reader(config).await?;
     let result = scheduler.get(&task.queue, &task.id).await;
     close(scheduler).await;
     let Some(info) = result? else {
@@ -44,7 +44,7 @@ pub async fn get(task: TaskRef, config: Config) -> CliResult<()> {
 
 /// Lists the live nodes with the partitions each owns.
 pub async fn nodes(json: bool, config: Config) -> CliResult<()> {
-    let scheduler = producer(config).await?;
+    let scheduler = reader(config).await?;
     let result = scheduler.nodes().await;
     let now_ms = scheduler.now_ms();
     close(scheduler).await;

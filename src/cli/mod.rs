@@ -9,6 +9,7 @@ mod handlers;
 mod harness;
 mod inspect;
 mod load;
+mod migrate;
 mod node;
 mod output;
 mod queue;
@@ -45,10 +46,11 @@ Examples:
   delayq serve                                  # HTTP API, dashboard, /metrics on 127.0.0.1:7070
   delayq queue pause order-timeout              # no fires until `delayq queue resume`
   delayq recurring set nightly --queue reports --cron '0 9 * * *' --tz Europe/Berlin
+  delayq migrate --check                        # PostgreSQL: exit 1 while migrations are pending
 
 Configuration: --config FILE, else ./cluster.yaml if it exists, else the built-in defaults.
-DELAYQ_REDIS_URL, DELAYQ_KEY_PREFIX, DELAYQ_NODE_NAME, DELAYQ_HTTP_LISTEN and DELAYQ_HTTP_TOKEN
-override the file.
+DELAYQ_BACKEND (redis|postgres), DELAYQ_REDIS_URL, DELAYQ_POSTGRES_URL, DELAYQ_KEY_PREFIX,
+DELAYQ_NODE_NAME, DELAYQ_HTTP_LISTEN and DELAYQ_HTTP_TOKEN override the file.
 Logs go to stderr (RUST_LOG sets the filter); data goes to stdout.
 Exit codes: 0 success, 1 runtime error (Redis unreachable, task not found, ...),
 2 usage error (bad flag, value or configuration).";
@@ -104,10 +106,13 @@ pub enum Command {
     /// Recurring schedules: set, list, get, delete, pause, resume, and a preview of ticks.
     #[command(subcommand, after_help = recurring::RECURRING_EXAMPLES)]
     Recurring(recurring::RecurringCommand),
-    /// An in-process cluster on the in-memory backend: tasks fire, a node dies, its work is taken over.
+    /// An in-process cluster (in memory, or --redis/--postgres): tasks fire, a node dies, its work is taken over.
     Demo(demo::DemoArgs),
     /// The load and precision benchmark.
     Bench(bench::BenchArgs),
+    /// Apply delayq's schema migrations to the configured PostgreSQL (--check: only report).
+    #[command(after_help = migrate::MIGRATE_EXAMPLES)]
+    Migrate(migrate::MigrateArgs),
 }
 
 impl Cli {
@@ -151,6 +156,7 @@ pub async fn run(cli: Cli) -> CliResult<()> {
         Command::Bench(args) => bench::run(args, json, config)
             .await
             .map_err(CliError::from_boxed),
+        Command::Migrate(args) => migrate::run(args, json, load_config(config.as_deref())?).await,
     }
 }
 
@@ -164,6 +170,15 @@ fn load_config(path: Option<&Path>) -> CliResult<Config> {
 /// but reads the cluster clock, so `--in` is relative to cluster time.
 async fn producer(config: Config) -> CliResult<Scheduler> {
     Ok(Scheduler::builder(config).start().await?)
+}
+
+/// A scheduler for a command that only reads: like [`producer`], but on PostgreSQL it
+/// never creates or migrates the schema, and a database without it is an error saying so.
+async fn reader(config: Config) -> CliResult<Scheduler> {
+    Ok(Scheduler::builder(config)
+        .migrate_schema(false)
+        .start()
+        .await?)
 }
 
 /// Leaves a producer quietly (it holds no partitions; a failure here changes nothing).

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::error::{CliError, CliResult};
 use super::output::{print_json, write_stdout, Table};
-use super::{close, producer};
+use super::{close, producer, reader};
 
 pub(crate) const RECURRING_EXAMPLES: &str = "\
 Examples:
@@ -190,7 +190,7 @@ async fn set(args: SetArgs, config: Config) -> CliResult<()> {
 }
 
 async fn list(json: bool, config: Config) -> CliResult<()> {
-    let scheduler = producer(config).await?;
+    let scheduler = reader(config).await?;
     let result = scheduler.list_recurring().await;
     close(scheduler).await;
     let schedules = result?;
@@ -238,7 +238,7 @@ async fn list(json: bool, config: Config) -> CliResult<()> {
 }
 
 async fn get(name: NameArg, config: Config) -> CliResult<()> {
-    let scheduler = producer(config).await?;
+    let scheduler = reader(config).await?;
     let result = scheduler.recurring(&name.name).await;
     close(scheduler).await;
     match result? {

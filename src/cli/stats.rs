@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::error::CliResult;
 use super::output::{print_json, write_stdout, Table};
-use super::{close, producer, values};
+use super::{close, reader, values};
 
 /// The arguments of `delayq stats`.
 #[derive(Debug, clap::Args)]
@@ -34,7 +34,7 @@ pub struct StatsArgs {
 
 /// Prints the counts once, or every interval with `--watch`.
 pub async fn run(args: StatsArgs, json: bool, config: Config) -> CliResult<()> {
-    let scheduler = producer(config).await?;
+    let scheduler = reader(config).await?;
     let result = match args.watch {
         None => print_once(&scheduler, json, Refresh::Once).await,
         Some(interval) => watch(&scheduler, json, interval).await,

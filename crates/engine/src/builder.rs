@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use delayq_coordinator::{
-    Coordinator, CoordinatorConfig, LocalClock, MemoryCluster, MemoryCoordinator, QueueFilter,
-    RedisCoordinator, SystemClock,
+    Coordinator, CoordinatorConfig, LocalClock, MemoryCluster, MemoryCoordinator,
+    PostgresCoordinator, QueueFilter, RedisCoordinator, SystemClock,
 };
+use delayq_postgres::{Database, Migrator};
 use delayq_storage::{
-    MemoryStore, QueueName, RedisStore, RedisStoreOptions, StoreOptions, TaskStore, WaitReplicas,
+    MemoryStore, PostgresStore, QueueName, RedisStore, RedisStoreOptions, StoreOptions, TaskStore,
+    WaitReplicas,
 };
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -60,8 +62,11 @@ impl Default for MemoryBackend {
     }
 }
 
+/// Where the builder's store and coordinator come from.
 enum Backend {
-    Redis,
+    /// The configuration's `backend:` (Redis or PostgreSQL).
+    Configured,
+    /// An in-process backend shared by the schedulers built on it.
     Memory(MemoryBackend),
 }
 
@@ -73,19 +78,21 @@ pub struct SchedulerBuilder {
     backend: Backend,
     local_clock: Arc<dyn LocalClock>,
     store: Option<Arc<dyn TaskStore>>,
+    migrate: bool,
     problem: Option<EngineError>,
 }
 
 impl SchedulerBuilder {
-    /// A builder for `config` on the Redis backend, with no handler yet.
+    /// A builder for `config` on its configured backend, with no handler yet.
     pub(crate) fn new(config: Config) -> Self {
         SchedulerBuilder {
             config,
             handlers: HashMap::new(),
             default_handler: None,
-            backend: Backend::Redis,
+            backend: Backend::Configured,
             local_clock: Arc::new(SystemClock),
             store: None,
+            migrate: true,
             problem: None,
         }
     }
@@ -114,7 +121,7 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Uses the in-process backend instead of Redis.
+    /// Uses the in-process backend instead of the configured one (Redis or PostgreSQL).
     pub fn memory(mut self, backend: MemoryBackend) -> Self {
         self.backend = Backend::Memory(backend);
         self
@@ -124,6 +131,16 @@ impl SchedulerBuilder {
     /// wrong).
     pub fn local_clock(mut self, clock: Arc<dyn LocalClock>) -> Self {
         self.local_clock = clock;
+        self
+    }
+
+    /// Whether `start` creates or migrates delayq's PostgreSQL schema (the default), under
+    /// the migration lock. With `false` (read-only commands) it only checks the schema, and
+    /// `start` fails with an error saying what is pending when the schema is missing or
+    /// behind this release (run `delayq migrate`); migrations of a newer release are fine.
+    /// No effect on the other backends.
+    pub fn migrate_schema(mut self, migrate: bool) -> Self {
+        self.migrate = migrate;
         self
     }
 
@@ -162,8 +179,55 @@ impl SchedulerBuilder {
             executed_retention_ms: config.engine.executed_retention.as_millis() as u64,
             ..StoreOptions::default()
         };
+        let mut postgres = None;
         let (store, coordinator): (Arc<dyn TaskStore>, Arc<dyn Coordinator>) = match self.backend {
-            Backend::Redis => {
+            Backend::Configured if config.backend == crate::config::Backend::Postgres => {
+                // One pool for the store and the coordinator; the schema is created or
+                // migrated first, under the migration lock, so nodes starting together
+                // migrate once and a node of the previous release keeps working beside it.
+                let database = Database::new(&config.postgres_settings())?;
+                let migrator = Migrator::new(&database);
+                if self.migrate {
+                    let report = migrator.apply().await?;
+                    if !report.applied_now.is_empty() {
+                        tracing::info!(
+                            schema = database.schema().name(),
+                            applied = ?report.applied_now,
+                            "schema migrated"
+                        );
+                    }
+                } else {
+                    let status = migrator.status().await?;
+                    if !status.initialized
+                        || !status.pending.is_empty()
+                        || !status.modified.is_empty()
+                    {
+                        return Err(delayq_postgres::Error::Database {
+                            operation: "schema check",
+                            class: delayq_postgres::ErrorClass::Permanent,
+                            code: None,
+                            message: status.to_string(),
+                        }
+                        .into());
+                    }
+                }
+                let store: Arc<dyn TaskStore> = match self.store {
+                    Some(store) => store,
+                    None => {
+                        let store = PostgresStore::on(database.clone(), store_options);
+                        postgres = Some(store.clone());
+                        Arc::new(store)
+                    }
+                };
+                let clock = self.local_clock.clone();
+                let coordinator: Arc<dyn Coordinator> = if member {
+                    PostgresCoordinator::join(database, coordinator_config, clock).await?
+                } else {
+                    PostgresCoordinator::observe(database, coordinator_config, clock).await?
+                };
+                (store, coordinator)
+            }
+            Backend::Configured => {
                 let store: Arc<dyn TaskStore> = match self.store {
                     Some(store) => store,
                     None => Arc::new(
@@ -207,6 +271,7 @@ impl SchedulerBuilder {
             clock: coordinator.clock(),
             config,
             store,
+            postgres,
             coordinator,
             health: StoreHealth::new(),
             handlers: self.handlers,

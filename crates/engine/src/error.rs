@@ -17,6 +17,9 @@ pub enum EngineError {
     /// The coordinator failed (Redis unreachable at start, ...).
     #[error(transparent)]
     Coordinator(#[from] CoordinatorError),
+    /// The PostgreSQL layer failed: connecting, or migrating the schema at start.
+    #[error(transparent)]
+    Postgres(#[from] delayq_postgres::Error),
     /// A relative delay or absolute time that cannot be a due time.
     #[error("invalid due time for task {id:?}: {reason}")]
     InvalidWhen {
@@ -86,6 +89,10 @@ pub enum EngineError {
         /// The most a listing returns.
         max: usize,
     },
+    /// A PostgreSQL-only call (`schedule_in_tx`, `cancel_in_tx`) on a scheduler of another
+    /// backend, or one built with its own store.
+    #[error("this call needs the PostgreSQL backend (backend: postgres); this scheduler runs on another")]
+    NotPostgres,
     /// The scheduler is shutting down or was shut down.
     #[error("the scheduler is shut down")]
     ShutDown,

@@ -39,6 +39,7 @@ mod error;
 mod gauges;
 mod handler;
 mod health;
+pub mod in_tx;
 mod late_claims;
 mod limits;
 mod partition;

@@ -63,6 +63,9 @@ pub(crate) struct RunningTask {
 pub(crate) struct Runtime {
     pub(crate) config: Config,
     pub(crate) store: Arc<dyn TaskStore>,
+    /// The store again, as itself, on the PostgreSQL backend: what `schedule_in_tx` writes
+    /// through.
+    pub(crate) postgres: Option<delayq_storage::PostgresStore>,
     pub(crate) coordinator: Arc<dyn Coordinator>,
     pub(crate) clock: Arc<ClusterClock>,
     pub(crate) timer: DueTimer,

@@ -530,13 +530,7 @@ impl Scheduler {
         if runtime.is_member() && runtime.arm(partition, due_ms).await {
             return;
         }
-        // The owner may be idle on this partition (looking only every `idle_pull_period`,
-        // never later than its next known due minus the window): a task due before its next
-        // look could find it must be announced. Beyond that the owner's look comes in time.
-        let engine = &runtime.config.engine;
-        let announce_within = (2 * engine.pull_period)
-            .max(engine.idle_pull_period.mul_f64(1.5) + engine.prefetch_window);
-        if due_ms > now.saturating_add(announce_within.as_millis() as u64) {
+        if !self.needs_wakeup(due_ms, now) {
             return;
         }
         // Published on the partition's channel, which its owner listens to (or, while
@@ -549,6 +543,17 @@ impl Scheduler {
         if let Err(error) = runtime.coordinator.wake(wakeup).await {
             tracing::debug!(%error, %partition, "wake-up not sent; the owner's pull will see the task");
         }
+    }
+
+    /// Whether a task due at `due_ms`, scheduled at `now`, must be announced to its owner.
+    /// The owner may be idle on the partition (looking only every `idle_pull_period`, never
+    /// later than its next known due minus the window): a task due before its next look
+    /// could find it must be announced. Beyond that the owner's look comes in time.
+    pub(crate) fn needs_wakeup(&self, due_ms: u64, now: u64) -> bool {
+        let engine = &self.runtime.config.engine;
+        let announce_within = (2 * engine.pull_period)
+            .max(engine.idle_pull_period.mul_f64(1.5) + engine.prefetch_window);
+        due_ms <= now.saturating_add(announce_within.as_millis() as u64)
     }
 
     /// The partition count of a queue we write to: the recorded one, else the configured one
@@ -595,7 +600,7 @@ impl Scheduler {
     }
 }
 
-fn scheduled(
+pub(crate) fn scheduled(
     partition: &Partition,
     id: &TaskId,
     due_ms: u64,

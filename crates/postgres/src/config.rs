@@ -12,6 +12,10 @@ use crate::tls::{SslMode, TlsSettings};
 /// The default `postgres.schema`.
 pub const DEFAULT_SCHEMA: &str = "delayq";
 
+/// The default `postgres.url`: the `postgres` database of a server on this machine's
+/// standard port, as `psql` without arguments would try (over TCP rather than a socket).
+pub const DEFAULT_URL: &str = "postgres://127.0.0.1:5432/postgres";
+
 /// The longest identifier PostgreSQL keeps (`NAMEDATALEN - 1` bytes).
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
@@ -45,6 +49,13 @@ impl std::fmt::Debug for PostgresConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("application_name", &self.application_name)
             .finish()
+    }
+}
+
+impl Default for PostgresConfig {
+    /// The defaults for [`DEFAULT_URL`].
+    fn default() -> Self {
+        PostgresConfig::new(DEFAULT_URL)
     }
 }
 

@@ -64,7 +64,7 @@ mod migrations;
 mod pool;
 mod tls;
 
-pub use config::{quote_ident, redact_url, PostgresConfig, Schema, DEFAULT_SCHEMA};
+pub use config::{quote_ident, redact_url, PostgresConfig, Schema, DEFAULT_SCHEMA, DEFAULT_URL};
 pub use error::{classify, classify_sqlstate, Error, ErrorClass, Result};
 pub use listener::{Listener, ListenerEvent, ListenerOptions, Notification, ResumeReason};
 pub use migrate::{AppliedMigration, MigrationReport, MigrationStatus, Migrator};

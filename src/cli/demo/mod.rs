@@ -1,6 +1,11 @@
 //! `delayq demo`: an in-process cluster (in memory, or on a Redis given with `--redis`, an
-//! explicit `--config` or the environment: one server, a Redis Cluster or Sentinel) that
-//! shows tasks firing on time, a node dying, and its partitions and in-flight tasks taken over.
+//! explicit `--config` or the environment: one server, a Redis Cluster or Sentinel; or on a
+//! PostgreSQL given with `--postgres` or `backend: postgres`) that shows tasks firing on time,
+//! a node dying, and its partitions and in-flight tasks taken over.
+//!
+//! On a real server the demo keeps to itself: on Redis its keys live under a fresh prefix, on
+//! PostgreSQL its tables in a fresh schema (`<postgres.schema>_demo_<hex>`); both are removed
+//! afterwards.
 //!
 //! Timeline (seconds after the tasks are scheduled): tasks are due from 1 s to 4 s; at 2 s the
 //! first node is killed (a simulated crash: it stops heartbeating and does not leave). About
@@ -13,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use delayq_engine::config::{Config, QueueConfig};
+use delayq_engine::config::{Backend, Config, QueueConfig};
 use delayq_engine::{MemoryBackend, Scheduler, Task, When};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -22,7 +27,9 @@ use serde::Serialize;
 mod report;
 
 use super::bench::masters::Masters;
-use super::harness::{demo_redis, histogram, lock, remove_run_keys, unique_prefix, BoxError};
+use super::harness::{
+    demo_backend, drop_schema, histogram, lock, remove_run_keys, unique_prefix, BoxError,
+};
 use report::*;
 
 /// The demo's queue.
@@ -49,13 +56,18 @@ const DEADLINE: Duration = Duration::from_secs(12);
   delayq demo                                    # three nodes in memory, no Redis needed
   delayq demo --tasks 1000 --nodes 5 --quiet
   delayq demo --redis redis://127.0.0.1:6379/0   # the same on a real Redis (keys removed afterwards)
+  delayq demo --postgres postgres://user:pw@127.0.0.1/app   # on PostgreSQL (its schema dropped afterwards)
   delayq --config cluster.yaml demo              # on the file's Redis (redis.url, redis.cluster or redis.sentinel)
   delayq demo --json                             # only the summary, as JSON")]
 pub struct DemoArgs {
     /// Run the demo on this Redis instead of in memory (under a fresh key prefix, removed
     /// afterwards).
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "postgres")]
     pub redis: Option<String>,
+    /// Run the demo on this PostgreSQL instead of in memory (in a fresh schema, dropped
+    /// afterwards).
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
     /// How many tasks to schedule (due 1 s to 4 s after they are scheduled).
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..=20_000))]
     pub tasks: u32,
@@ -80,9 +92,20 @@ pub async fn run(mut args: DemoArgs, json: bool, config: Option<PathBuf>) -> Res
         firings: !json && !args.quiet,
         start: Instant::now(),
     };
-    let redis = demo_redis(args.redis.as_deref(), config.as_deref())?;
+    let redis = demo_backend(
+        args.redis.as_deref(),
+        args.postgres.as_deref(),
+        config.as_deref(),
+    )?;
     args.on_redis = redis.is_some();
     let prefix = match &redis {
+        Some(base) if base.backend == Backend::Postgres => {
+            format!(
+                "{}_demo_{:08x}",
+                base.postgres.schema,
+                rand::rng().random::<u32>()
+            )
+        }
         Some(base) => unique_prefix(&format!("{}:demo", base.redis.key_prefix)),
         None => unique_prefix("delayq-demo"),
     };
@@ -112,6 +135,10 @@ pub async fn run(mut args: DemoArgs, json: bool, config: Option<PathBuf>) -> Res
         });
     }
     let backend_name = match &redis {
+        Some(base) if base.backend == Backend::Postgres => format!(
+            "PostgreSQL at {} (tables in schema {prefix})",
+            base.postgres.redacted_url()
+        ),
         Some(base) => format!(
             "Redis at {} (keys under {prefix}:)",
             base.connect_options().topology.describe()
@@ -126,6 +153,9 @@ pub async fn run(mut args: DemoArgs, json: bool, config: Option<PathBuf>) -> Res
         }
     }
     let cleanup = match (&redis, nodes.last()) {
+        (Some(base), Some(node)) if base.backend == Backend::Postgres => {
+            drop_schema(&node.scheduler.config().postgres_settings()).await
+        }
         (Some(_), Some(node)) => {
             let config = node.scheduler.config();
             let masters = Masters::discover(config.connect_options()).await.ok();
@@ -139,7 +169,7 @@ pub async fn run(mut args: DemoArgs, json: bool, config: Option<PathBuf>) -> Res
     } else {
         summary.print(&backend_name);
     }
-    cleanup.map_err(|error| format!("removing the demo's keys under {prefix}: failed: {error}"))?;
+    cleanup.map_err(|error| format!("removing the demo's data under {prefix}: failed: {error}"))?;
     if summary.lost > 0 {
         return Err(format!("{} of {} tasks never fired", summary.lost, summary.tasks).into());
     }
@@ -336,9 +366,15 @@ fn node_name(index: u32) -> String {
 fn demo_config(name: &str, redis: Option<&Config>, prefix: &str) -> Config {
     let mut config = Config::default();
     if let Some(base) = redis {
+        config.backend = base.backend;
         config.redis = base.redis.clone();
+        config.postgres = base.postgres.clone();
     }
-    config.redis.key_prefix = prefix.to_owned();
+    if config.backend == Backend::Postgres {
+        config.postgres.schema = prefix.to_owned();
+    } else {
+        config.redis.key_prefix = prefix.to_owned();
+    }
     config.node.name = name.to_owned();
     config.node.heartbeat_period = Duration::from_millis(200);
     config.node.heartbeat_ttl = Duration::from_secs(1);

@@ -257,6 +257,9 @@ impl PostgresCoordinator {
             max_removed: MAX_REMOVED_PER_BEAT,
             channel: self.state.channels.events.clone(),
         };
+        // Whether this node had registered before this beat: a first beat adds the node by
+        // design, a later one only when the others removed it.
+        let registered_before = request.previous_ms > 0;
         let sql = db.schema().substitute(wire::HEARTBEAT);
         let before = self.clock.local_now_us();
         let beat = db
@@ -280,7 +283,7 @@ impl PostgresCoordinator {
         self.state
             .previous_beat_ms
             .store(beat.now_us / 1_000, Ordering::SeqCst);
-        if beat.added && self.state.held_epoch().is_some() {
+        if beat.added && registered_before {
             tracing::warn!(node = %self.id, epoch = beat.epoch, "this node's heartbeat had expired and it was removed: re-registered as a new member");
         }
         if beat.stalled {

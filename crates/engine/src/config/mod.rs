@@ -2,16 +2,17 @@
 //!
 //! # Format
 //!
-//! The file has six optional sections, `redis`, `http`, `node`, `engine`, `queue_defaults`
-//! and `queues`; the repository's `cluster.yaml` documents every key and its default. Durations
+//! The file has optional sections `backend` (`redis` or `postgres`), `redis`, `postgres`,
+//! `http`, `node`, `engine`, `queue_defaults`, `queues` and `recurring`; the repository's `cluster.yaml` documents every key and its default. Durations
 //! are [humantime](https://docs.rs/humantime) strings (`500ms`, `30s`, `1h 30m`); sizes are
 //! bytes or `512KiB`/`1MiB`. A missing section or key takes its default; a queue listed under
 //! `queues:` starts from `queue_defaults` and overrides what it names; a queue not listed
 //! uses `queue_defaults` ([`Config::queue`]). Unknown keys, bad values and broken rules are
 //! errors naming the dotted key (`engine.pul_period`), the value and the line.
 //!
-//! The environment overrides the file: `DELAYQ_REDIS_URL`, `DELAYQ_KEY_PREFIX`,
-//! `DELAYQ_NODE_NAME`, `DELAYQ_HTTP_LISTEN`, `DELAYQ_HTTP_TOKEN` ([`ENV_OVERRIDES`]).
+//! The environment overrides the file: `DELAYQ_BACKEND`, `DELAYQ_REDIS_URL`,
+//! `DELAYQ_POSTGRES_URL`, `DELAYQ_KEY_PREFIX`, `DELAYQ_NODE_NAME`, `DELAYQ_HTTP_LISTEN`,
+//! `DELAYQ_HTTP_TOKEN` ([`ENV_OVERRIDES`]).
 //!
 //! # Which YAML crate, and why
 //!
@@ -45,6 +46,7 @@
 //! # Ok::<(), delayq_engine::config::ConfigError>(())
 //! ```
 
+mod backend;
 mod error;
 mod http;
 mod schema;
@@ -60,6 +62,7 @@ mod tests;
 use std::io;
 use std::path::Path;
 
+pub use backend::Backend;
 pub use error::ConfigError;
 pub use http::{
     HttpConfig, DEFAULT_HEADER_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_REQUEST_TIMEOUT,
@@ -85,7 +88,9 @@ pub const DEFAULT_CONFIG_FILE: &str = "cluster.yaml";
 /// `DELAYQ_REDIS_URL`, `DELAYQ_REDIS_CLUSTER` (comma-separated seed URLs) and
 /// `DELAYQ_REDIS_SENTINEL` (comma-separated sentinel URLs, with
 /// `DELAYQ_REDIS_SENTINEL_MASTER`): each replaces the file's `redis.url`, `redis.cluster`
-/// or `redis.sentinel`, and setting two of them is an error naming both.
+/// or `redis.sentinel`, and setting two of them is an error naming both. The backend is
+/// chosen by `DELAYQ_BACKEND` (`redis` or `postgres`; anything else is an error naming the
+/// variable) and `DELAYQ_POSTGRES_URL` replaces `postgres.url`.
 pub const ENV_OVERRIDES: &[(&str, &str)] = &[
     ("DELAYQ_KEY_PREFIX", "redis.key_prefix"),
     ("DELAYQ_NODE_NAME", "node.name"),
@@ -150,6 +155,7 @@ impl Config {
     /// Applies the overrides and returns the keys they set.
     fn apply_env_tracked(&mut self, get: impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
         let mut applied = self.apply_topology_env(&get);
+        applied.extend(self.apply_backend_env(&get));
         for &(variable, key) in ENV_OVERRIDES {
             let Some(value) = get(variable).filter(|value| !value.is_empty()) else {
                 continue;
@@ -187,6 +193,9 @@ fn finish(
     if let Some(conflict) = topology::topology_env_conflict(&get) {
         return Err(conflict);
     }
+    if let Some(error) = backend::backend_env_error(&get) {
+        return Err(error);
+    }
     for key in config.apply_env_tracked(get) {
         lines.forget(key);
     }
@@ -215,6 +224,9 @@ fn load_file(
             tracing::info!(path = %path.display(), "no configuration file, using the defaults");
             if let Some(conflict) = topology::topology_env_conflict(&get) {
                 return Err(conflict);
+            }
+            if let Some(error) = backend::backend_env_error(&get) {
+                return Err(error);
             }
             let mut config = Config::default();
             config.apply_env_from(get);

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use delayq_storage::QueueName;
 
+use super::backend::POSTGRES_KEYS;
 use super::error::ConfigError;
 use super::http::HttpConfig;
 use super::topology::{SentinelConfig, TlsConfig, SENTINEL_KEYS, TLS_KEYS, TOPOLOGY_KEYS};
@@ -17,7 +18,9 @@ use crate::recurring::{RawSpec, RecurringSpec, ScheduleName};
 
 /// The top-level sections.
 pub(crate) const TOP_KEYS: &[&str] = &[
+    "backend",
     "redis",
+    "postgres",
     "http",
     "node",
     "engine",
@@ -90,6 +93,7 @@ pub(crate) fn known_keys_beside(key: &str) -> &'static [&'static str] {
         "redis" => REDIS_KEYS,
         "redis.sentinel" => SENTINEL_KEYS,
         "redis.tls" => TLS_KEYS,
+        "postgres" => POSTGRES_KEYS,
         "http" => HTTP_KEYS,
         "node" => NODE_KEYS,
         "engine" => ENGINE_KEYS,
@@ -151,7 +155,13 @@ pub(crate) fn parse(text: &str, source_name: &str) -> Result<Parsed, ConfigError
     for (key, value) in walk.section("", &root)? {
         let path = walk.record("", key, value);
         match key.name.as_str() {
+            "backend" => {
+                config.backend = string(&path, value)?
+                    .parse()
+                    .map_err(|reason: String| invalid(&path, value, reason))?
+            }
             "redis" => walk.redis(value, &mut config.redis)?,
+            "postgres" => walk.postgres(value, &mut config.postgres)?,
             "http" => walk.http(value, &mut config.http)?,
             "node" => walk.node(value, &mut config.node)?,
             "engine" => walk.engine(value, &mut config.engine)?,
@@ -254,6 +264,24 @@ impl Walk<'_> {
                 "tls" => redis.tls = Some(self.tls(&path, value)?),
                 "wait_replicas" => redis.wait_replicas = count(&path, value)?,
                 "wait_timeout" => redis.wait_timeout = duration(&path, value)?,
+                _ => return Err(self.unknown(path, key)),
+            }
+        }
+        Ok(())
+    }
+
+    fn postgres(
+        &mut self,
+        node: &Node,
+        postgres: &mut delayq_postgres::PostgresConfig,
+    ) -> Result<(), ConfigError> {
+        for (key, value) in self.section("postgres", node)? {
+            let path = self.record("postgres", key, value);
+            match key.name.as_str() {
+                "url" => postgres.url = string(&path, value)?,
+                "schema" => postgres.schema = string(&path, value)?,
+                "pool_size" => postgres.pool_size = count(&path, value)?,
+                "statement_timeout" => postgres.statement_timeout = duration(&path, value)?,
                 _ => return Err(self.unknown(path, key)),
             }
         }

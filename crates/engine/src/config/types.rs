@@ -16,8 +16,13 @@ use super::validate::redact_password;
 /// takes it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Config {
+    /// Which database holds the cluster (`backend:`, default Redis).
+    pub backend: super::backend::Backend,
     /// Where the cluster's Redis is and how its keys are named (`redis:`).
     pub redis: RedisConfig,
+    /// Where the cluster's PostgreSQL is and which schema holds delayq's tables
+    /// (`postgres:`, used when `backend: postgres`).
+    pub postgres: delayq_postgres::PostgresConfig,
     /// Where the HTTP API, dashboard and /metrics listen, and who may act (`http:`).
     pub http: HttpConfig,
     /// This node's identity and liveness settings (`node:`).

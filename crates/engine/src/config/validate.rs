@@ -78,6 +78,7 @@ fn at_least_one(key: &str, number: impl Into<u64>) -> Check {
 /// Checks every rule; the first violation is returned.
 pub(crate) fn check(config: &Config) -> Check {
     redis(&config.redis)?;
+    super::backend::check(config)?;
     config.http.check()?;
     node(&config.node)?;
     engine(&config.engine)?;

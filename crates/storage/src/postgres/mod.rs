@@ -25,6 +25,7 @@
 //! `max(previous + 1, clock in µs)`, so they never repeat, not even after a queue is deleted.
 //! Claims and lease sweeps judge by `min(now_ms, database clock)` (guarantee 9).
 
+mod in_tx;
 mod partition;
 mod recurring;
 mod sql;
@@ -111,6 +112,11 @@ impl PostgresStore {
     /// The database this store works on.
     pub fn database(&self) -> &Database {
         &self.inner.database
+    }
+
+    /// The store's statements, for its schema.
+    fn sql(&self) -> Arc<sql::Sql> {
+        self.inner.sql.clone()
     }
 }
 

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use delayq_postgres::deadpool_postgres::Transaction;
+use delayq_postgres::deadpool_postgres::StatementCache;
 use delayq_postgres::tokio_postgres::types::ToSql;
-use delayq_postgres::tokio_postgres::{Error as PgError, Row};
+use delayq_postgres::tokio_postgres::{Error as PgError, Row, Statement, Transaction};
 
 use super::sql::Sql;
 use super::{from_db, to_db};
@@ -106,12 +106,30 @@ fn beyond(partition: &Partition, registered: Option<i32>) -> Option<StorageError
     })
 }
 
+/// `sql` prepared on the transaction's connection: from the pool connection's cache when
+/// there is one, else prepared now (an application's transaction).
+async fn prepare(
+    tx: &Transaction<'_>,
+    cache: Option<&StatementCache>,
+    sql: &str,
+) -> Result<Statement, PgError> {
+    match cache {
+        Some(cache) => cache.prepare(tx.client(), sql).await,
+        None => tx.prepare(sql).await,
+    }
+}
+
 /// A token that no longer holds its lease.
 pub(super) struct StaleLease;
 
 /// One partition, locked for the rest of the transaction.
+///
+/// The transaction is the driver's: one of delayq's pool (whose connections cache prepared
+/// statements, `cache`) or an application's own (`schedule_in_tx`: no cache, the statements
+/// are prepared on that connection as needed).
 pub(super) struct Part<'t, 'x> {
     tx: &'t Transaction<'x>,
+    cache: Option<&'t StatementCache>,
     sql: Arc<Sql>,
     queue: String,
     idx: i32,
@@ -130,22 +148,23 @@ impl<'t, 'x> Part<'t, 'x> {
     /// when the partition exists.
     pub(super) async fn lock(
         tx: &'t Transaction<'x>,
+        cache: Option<&'t StatementCache>,
         sql: Arc<Sql>,
         partition: &Partition,
     ) -> Result<Result<Part<'t, 'x>, StorageError>, PgError> {
         let queue = partition.queue.as_str().to_owned();
         let idx = i32::try_from(partition.index).unwrap_or(i32::MAX);
-        let lock = tx.prepare_cached(&sql.lock_partition).await?;
+        let lock = prepare(tx, cache, &sql.lock_partition).await?;
         let row = match tx.query_opt(&lock, &[&queue, &idx]).await? {
             Some(row) => row,
             None => {
-                let count = tx.prepare_cached(&sql.queue_partitions).await?;
+                let count = prepare(tx, cache, &sql.queue_partitions).await?;
                 let registered: Option<i32> =
                     tx.query_opt(&count, &[&queue]).await?.map(|row| row.get(0));
                 if let Some(error) = beyond(partition, registered) {
                     return Ok(Err(error));
                 }
-                let ensure = tx.prepare_cached(&sql.ensure_partition).await?;
+                let ensure = prepare(tx, cache, &sql.ensure_partition).await?;
                 tx.execute(&ensure, &[&queue, &idx]).await?;
                 tx.query_one(&lock, &[&queue, &idx]).await?
             }
@@ -156,6 +175,7 @@ impl<'t, 'x> Part<'t, 'x> {
         let sequence: i64 = row.get(0);
         Ok(Ok(Part {
             tx,
+            cache,
             sql,
             queue,
             idx,
@@ -185,7 +205,7 @@ impl<'t, 'x> Part<'t, 'x> {
 
     /// Runs `sql` with `(queue, idx, extra...)`.
     async fn query(&self, sql: &str, extra: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, PgError> {
-        let statement = self.tx.prepare_cached(sql).await?;
+        let statement = prepare(self.tx, self.cache, sql).await?;
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.queue, &self.idx];
         params.extend_from_slice(extra);
         self.tx.query(&statement, &params).await
@@ -200,7 +220,7 @@ impl<'t, 'x> Part<'t, 'x> {
     }
 
     async fn exec(&self, sql: &str, extra: &[&(dyn ToSql + Sync)]) -> Result<u64, PgError> {
-        let statement = self.tx.prepare_cached(sql).await?;
+        let statement = prepare(self.tx, self.cache, sql).await?;
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.queue, &self.idx];
         params.extend_from_slice(extra);
         self.tx.execute(&statement, &params).await

@@ -71,10 +71,11 @@ impl PostgresStore {
                 let sql = sql.clone();
                 let partition = partition.clone();
                 Box::pin(async move {
-                    let mut part = match Part::lock(tx, sql, &partition).await? {
-                        Ok(part) => part,
-                        Err(refused) => return Ok(Err(refused)),
-                    };
+                    let mut part =
+                        match Part::lock(tx, Some(&tx.statement_cache), sql, &partition).await? {
+                            Ok(part) => part,
+                            Err(refused) => return Ok(Err(refused)),
+                        };
                     let value = work(&mut part).await?;
                     part.finish().await?;
                     Ok(Ok(value))
@@ -109,7 +110,7 @@ impl PostgresStore {
             .map_err(|error| from_layer(operation, error))
     }
 
-    fn validate(&self, task: &NewTask) -> StorageResult<()> {
+    pub(super) fn validate(&self, task: &NewTask) -> StorageResult<()> {
         let max = self.inner.options.max_payload;
         if task.payload.len() > max {
             return Err(StorageError::PayloadTooLarge {
