@@ -113,6 +113,11 @@ async fn a_long_handler_keeps_its_lease_while_its_claim_settles_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_handler_keeps_its_lease_while_its_claim_settles_on_postgres() {
+    a_long_handler_keeps_its_lease_while_its_claim_settles(TestBackend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_handler_keeps_its_lease_while_its_claim_settles_in_memory() {
     a_long_handler_keeps_its_lease_while_its_claim_settles(TestBackend::memory()).await;
 }

@@ -69,6 +69,11 @@ async fn pause_holds_every_fire_and_resume_fires_the_backlog_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pause_holds_every_fire_and_resume_fires_the_backlog_on_postgres() {
+    pause_holds_every_fire_and_resume_fires_the_backlog(TestBackend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pause_holds_every_fire_and_resume_fires_the_backlog_on_memory() {
     pause_holds_every_fire_and_resume_fires_the_backlog(TestBackend::memory()).await;
 }
@@ -182,6 +187,11 @@ async fn global_concurrency_bounds_the_handlers_running_across_nodes_on_redis() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn global_concurrency_bounds_the_handlers_running_across_nodes_on_postgres() {
+    global_concurrency_bounds_the_handlers_running_across_nodes(TestBackend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn global_concurrency_bounds_the_handlers_running_across_nodes_on_memory() {
     global_concurrency_bounds_the_handlers_running_across_nodes(TestBackend::memory()).await;
 }
@@ -262,6 +272,11 @@ async fn rate_limit_bounds_the_fires_per_window_across_nodes(backend: TestBacken
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rate_limit_bounds_the_fires_per_window_across_nodes_on_redis() {
     rate_limit_bounds_the_fires_per_window_across_nodes(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rate_limit_bounds_the_fires_per_window_across_nodes_on_postgres() {
+    rate_limit_bounds_the_fires_per_window_across_nodes(TestBackend::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -135,6 +135,11 @@ async fn three_redis_nodes_fire_5000_tasks_exactly_once_never_early() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_postgres_nodes_fire_5000_tasks_exactly_once_never_early() {
+    every_task_fires_exactly_once_never_early(TestBackend::postgres(), 5_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_memory_nodes_fire_5000_tasks_exactly_once_never_early() {
     every_task_fires_exactly_once_never_early(TestBackend::memory(), 5_000).await;
 }
@@ -209,6 +214,11 @@ async fn cancel_and_reschedule_win_over_prefetch(backend: TestBackend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancel_and_reschedule_after_prefetch_win_on_redis() {
     cancel_and_reschedule_win_over_prefetch(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_and_reschedule_after_prefetch_win_on_postgres() {
+    cancel_and_reschedule_win_over_prefetch(TestBackend::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -91,6 +91,11 @@ async fn resend_while_running_is_a_duplicate_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn resend_while_running_is_a_duplicate_on_postgres() {
+    resend_while_running_is_a_duplicate(TestBackend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn resend_while_running_is_a_duplicate_on_memory() {
     resend_while_running_is_a_duplicate(TestBackend::memory()).await;
 }
@@ -152,6 +157,11 @@ async fn cancel_of_a_running_task_lets_it_finish_and_nothing_follows(backend: Te
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cancel_of_a_running_task_lets_it_finish_and_nothing_follows_on_redis() {
     cancel_of_a_running_task_lets_it_finish_and_nothing_follows(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_of_a_running_task_lets_it_finish_and_nothing_follows_on_postgres() {
+    cancel_of_a_running_task_lets_it_finish_and_nothing_follows(TestBackend::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

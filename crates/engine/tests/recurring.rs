@@ -135,6 +135,11 @@ async fn ticks_fire_once_each_across_nodes_with_one_killed_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ticks_fire_once_each_across_nodes_with_one_killed_on_postgres() {
+    ticks_fire_once_each_across_nodes_with_one_killed(TestBackend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ticks_fire_once_each_across_nodes_with_one_killed_on_memory() {
     ticks_fire_once_each_across_nodes_with_one_killed(TestBackend::memory()).await;
 }
@@ -216,6 +221,11 @@ async fn replicas_declaring_the_same_schedule_move_nothing_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replicas_declaring_the_same_schedule_move_nothing_on_postgres() {
+    replicas_declaring_the_same_schedule_move_nothing(TestBackend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_declaring_the_same_schedule_move_nothing_on_memory() {
     replicas_declaring_the_same_schedule_move_nothing(TestBackend::memory()).await;
 }
@@ -265,6 +275,11 @@ async fn concurrent_upserts_of_different_specs_never_fire_a_tick_twice(backend: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_upserts_of_different_specs_never_fire_a_tick_twice_on_redis() {
     concurrent_upserts_of_different_specs_never_fire_a_tick_twice(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_upserts_of_different_specs_never_fire_a_tick_twice_on_postgres() {
+    concurrent_upserts_of_different_specs_never_fire_a_tick_twice(TestBackend::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -422,6 +437,11 @@ async fn misfire_policies_apply_after_every_node_was_down_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn misfire_policies_apply_after_every_node_was_down_on_postgres() {
+    misfire_policies_apply_after_every_node_was_down(TestBackend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn misfire_policies_apply_after_every_node_was_down_on_memory() {
     misfire_policies_apply_after_every_node_was_down(TestBackend::memory()).await;
 }
@@ -469,6 +489,11 @@ async fn overlap_skip_skips_ticks_while_the_previous_one_runs(backend: TestBacke
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn overlap_skip_skips_ticks_while_the_previous_one_runs_on_redis() {
     overlap_skip_skips_ticks_while_the_previous_one_runs(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn overlap_skip_skips_ticks_while_the_previous_one_runs_on_postgres() {
+    overlap_skip_skips_ticks_while_the_previous_one_runs(TestBackend::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -574,6 +599,11 @@ async fn update_pause_resume_and_delete(backend: TestBackend) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn update_pause_resume_and_delete_on_redis() {
     update_pause_resume_and_delete(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn update_pause_resume_and_delete_on_postgres() {
+    update_pause_resume_and_delete(TestBackend::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -167,6 +167,11 @@ async fn failures_are_retried_then_dead_lettered_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failures_are_retried_then_dead_lettered_on_postgres() {
+    failures_are_retried_then_dead_lettered(TestBackend::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn failures_are_retried_then_dead_lettered_in_memory() {
     failures_are_retried_then_dead_lettered(TestBackend::memory()).await;
 }

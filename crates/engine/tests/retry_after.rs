@@ -148,6 +148,11 @@ async fn a_retry_after_is_retried_when_asked_not_on_the_backoff_on_redis() {
     a_retry_after_is_retried_when_asked_not_on_the_backoff(TestBackend::redis()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_after_is_retried_when_asked_not_on_the_backoff_on_postgres() {
+    a_retry_after_is_retried_when_asked_not_on_the_backoff(TestBackend::postgres()).await;
+}
+
 #[test]
 fn retry_after_is_found_through_the_source_chain() {
     #[derive(Debug, thiserror::Error)]

@@ -17,7 +17,7 @@ use delayq_storage::{
     ScheduleMode, ScheduleOutcome, ShardLook, StorageResult, StoredSchedule, TaskId, TaskInfo,
     TaskStore, TickOutcome,
 };
-use delayq_testkit::{RedisOptions, RedisServer};
+use delayq_testkit::{PostgresServer, RedisOptions, RedisServer};
 use parking_lot::Mutex;
 
 static PREFIX_COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -61,6 +61,13 @@ pub enum TestBackend {
     Redis(RedisServer),
     /// The in-process twin.
     Memory(MemoryBackend),
+    /// A private PostgreSQL server; each config's key prefix names its schema.
+    Postgres(PostgresServer),
+}
+
+/// The PostgreSQL schema of a test config: its unique key prefix as an identifier.
+pub fn schema_of(config: &Config) -> String {
+    config.redis.key_prefix.replace('-', "_")
 }
 
 impl TestBackend {
@@ -70,6 +77,11 @@ impl TestBackend {
             aof: true,
             ..Default::default()
         }))
+    }
+
+    /// A fresh private PostgreSQL server.
+    pub fn postgres() -> Self {
+        TestBackend::Postgres(PostgresServer::start())
     }
 
     /// A fresh in-process backend.
@@ -103,6 +115,18 @@ impl TestBackend {
                 RecordingStore::new(Arc::new(redis))
             }
             TestBackend::Memory(backend) => RecordingStore::new(Arc::new(backend.store.clone())),
+            TestBackend::Postgres(server) => {
+                let settings = delayq_postgres::PostgresConfig::new(server.url())
+                    .with_schema(schema_of(config));
+                let store =
+                    delayq_storage::PostgresStore::connect(delayq_storage::PostgresStoreOptions {
+                        postgres: settings,
+                        store: options,
+                    })
+                    .await
+                    .expect("store connects");
+                RecordingStore::new(Arc::new(store))
+            }
         }
     }
 
@@ -117,6 +141,20 @@ impl TestBackend {
             TestBackend::Memory(backend) => {
                 delayq_engine::Scheduler::builder(config).memory(backend.clone())
             }
+            TestBackend::Postgres(server) => {
+                config.backend = delayq_engine::config::Backend::Postgres;
+                config.postgres.url = server.url();
+                config.postgres.schema = schema_of(&config);
+                delayq_engine::Scheduler::builder(config)
+            }
+        }
+    }
+
+    /// The PostgreSQL server, if this is the PostgreSQL backend.
+    pub fn postgres_server(&mut self) -> Option<&mut PostgresServer> {
+        match self {
+            TestBackend::Postgres(server) => Some(server),
+            _ => None,
         }
     }
 
@@ -124,7 +162,7 @@ impl TestBackend {
     pub fn server(&mut self) -> Option<&mut RedisServer> {
         match self {
             TestBackend::Redis(server) => Some(server),
-            TestBackend::Memory(_) => None,
+            TestBackend::Memory(_) | TestBackend::Postgres(_) => None,
         }
     }
 }
