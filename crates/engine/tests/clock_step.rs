@@ -14,7 +14,7 @@ use delayq_coordinator::{LocalClock, SteppingClock, SystemClock};
 use delayq_engine::{Task, When};
 use delayq_storage::TaskStore;
 use parking_lot::Mutex;
-use support::{fast_config, recording_redis_store, wait_for_ownership, wait_until};
+use support::{fast_config, wait_for_ownership, wait_until, TestBackend};
 
 /// How far the wall clock is stepped: more than the lease, more than any prefetch.
 const STEP_MS: i64 = 5_000;
@@ -27,19 +27,29 @@ type Run = (String, u64, u64);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_5s_step_of_the_wall_clock_fires_nothing_early_and_expires_no_lease() {
-    let server = delayq_testkit::RedisServer::start();
+    a_wall_clock_step_fires_nothing_early_and_expires_no_lease(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_5s_step_of_the_wall_clock_fires_nothing_early_and_expires_no_lease_on_postgres() {
+    a_wall_clock_step_fires_nothing_early_and_expires_no_lease(TestBackend::postgres()).await;
+}
+
+async fn a_wall_clock_step_fires_nothing_early_and_expires_no_lease(backend: TestBackend) {
     let mut config = fast_config();
-    config.redis.url = server.url();
     // A heartbeat period of 1 s: a clock that followed the step would stay wrong until the
     // next heartbeat re-measured the offset, long enough to fire early and to run leases out.
     config.node.heartbeat_period = Duration::from_secs(1);
     config.node.heartbeat_ttl = Duration::from_secs(3);
     assert!(config.engine.lease < Duration::from_millis(STEP_MS as u64));
-    let store = recording_redis_store(&server, &config).await;
+    let store = backend
+        .recording_store(&config, delayq_storage::StoreOptions::default())
+        .await;
     let machine = Arc::new(SteppingClock::default());
     let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
     let record = runs.clone();
-    let node = delayq_engine::Scheduler::builder(config.clone())
+    let node = backend
+        .builder(&config)
         .store(store.clone() as Arc<dyn TaskStore>)
         .local_clock(machine.clone())
         .handler("orders", move |task: Task| {

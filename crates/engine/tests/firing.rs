@@ -228,7 +228,16 @@ async fn cancel_and_reschedule_after_prefetch_win_in_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_whose_clock_is_5s_off_fires_on_time() {
-    let backend = TestBackend::redis();
+    nodes_whose_clocks_are_5s_off_fire_on_time(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_whose_clock_is_5s_off_fires_on_time_on_postgres() {
+    // The cluster clock is the database's clock_timestamp() (this machine's clock).
+    nodes_whose_clocks_are_5s_off_fire_on_time(TestBackend::postgres()).await;
+}
+
+async fn nodes_whose_clocks_are_5s_off_fire_on_time(backend: TestBackend) {
     let fired_at_real_ms = Arc::new(parking_lot::Mutex::new(Vec::<(u64, u64)>::new()));
     let record = fired_at_real_ms.clone();
     let config = fast_config();
