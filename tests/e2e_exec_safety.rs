@@ -64,13 +64,13 @@ fn dead_task(env: &Env, queue: &str, id: &str) -> Value {
 fn the_command_does_not_inherit_the_nodes_redis_credentials() {
     let env = Env::start(QUEUES);
     let password = "redis-password-5e1c";
-    env.redis
+    env.redis()
         .command(&["CONFIG", "SET", "requirepass", password])
         .expect("CONFIG SET requirepass");
-    let url = format!("redis://:{password}@127.0.0.1:{}/0", env.redis.port());
+    let url = format!("redis://:{password}@127.0.0.1:{}/0", env.redis().port());
     // The file points at the authenticated URL too, for the `delayq` commands of the test.
     let yaml = std::fs::read_to_string(&env.config).expect("read cluster.yaml");
-    std::fs::write(&env.config, yaml.replace(&env.redis.url(), &url)).expect("write");
+    std::fs::write(&env.config, yaml.replace(&env.redis().url(), &url)).expect("write");
 
     let out = env.dir.path().join("env.txt");
     let mut command = env.command(&[

@@ -170,10 +170,10 @@ fn a_bad_listen_address_is_a_usage_error() {
 fn serve_follows_nodes_joining_and_leaving_and_never_shows_the_redis_password() {
     let password = "pa55-w0rd-never-shown";
     let mut env = Env::start("");
-    env.redis
+    env.redis()
         .command(&["CONFIG", "SET", "requirepass", password])
         .expect("set a password");
-    let url = format!("redis://:{password}@127.0.0.1:{}/0", env.redis.port());
+    let url = format!("redis://:{password}@127.0.0.1:{}/0", env.redis().port());
     let serve = Serve::start(
         &env,
         &["--listen", "127.0.0.1:0"],
@@ -222,7 +222,7 @@ fn serve_follows_nodes_joining_and_leaving_and_never_shows_the_redis_password() 
     );
 
     // Redis gone: 503s, and a command's error, without the password.
-    env.redis.stop();
+    env.redis_mut().stop();
     for path in ["/v1/queues", "/v1/nodes", "/readyz"] {
         let (status, body) = get(path);
         assert_eq!(status, 503, "{path}: {body}");

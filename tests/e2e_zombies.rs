@@ -78,7 +78,7 @@ impl Cluster {
         std::fs::write(&runs, "").expect("create the runs file");
         let proxied_config = proxied.map(|(proxy, response_timeout)| {
             let yaml = std::fs::read_to_string(&env.config).expect("read cluster.yaml");
-            let mut yaml = yaml.replace(&env.redis.url(), &proxy.url());
+            let mut yaml = yaml.replace(&env.redis().url(), &proxy.url());
             if let Some(timeout) = response_timeout {
                 // The lease must outlast three renewals of a whole response timeout each.
                 yaml = yaml
@@ -392,7 +392,7 @@ fn a_node_cut_off_from_redis_by_silence_comes_back_without_firing_anything_twice
     let count = parameter("DELAYQ_ZOMBIE_TASKS", 36) as usize;
     let handler_ms = 1_500;
     let env = Env::start(QUEUES);
-    let proxy = FaultProxy::start(env.redis.port());
+    let proxy = FaultProxy::start(env.redis().port());
     let cluster = Cluster::start(handler_ms, Some((&proxy, None)), env);
     let (lines, ids) = first_batch(count, 3_000, 10);
     load_tasks(&cluster.env, QUEUE, &lines, count as u64);
@@ -415,7 +415,7 @@ fn late_heartbeats_again_and_again_do_not_keep_a_dead_node_from_being_removed() 
     let count = parameter("DELAYQ_ZOMBIE_TASKS", 36) as usize;
     let handler_ms = 200;
     let env = Env::start(QUEUES);
-    let proxy = FaultProxy::start(env.redis.port());
+    let proxy = FaultProxy::start(env.redis().port());
     // The late node's round trips take ~860 ms: more than TTL - period (a "long gap", the
     // stall rule) but less than the TTL, and less than its response timeout.
     let mut cluster = Cluster::start(handler_ms, Some((&proxy, Some("1500ms"))), env);

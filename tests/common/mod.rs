@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub mod fault_proxy;
 pub mod recorder;
 
-use delayq_testkit::RedisServer;
+use delayq_testkit::{PostgresServer, RedisServer};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -51,14 +51,65 @@ pub struct Fired {
     pub node: String,
 }
 
-/// A private Redis and a cluster.yaml pointing at it under a unique key prefix.
+/// The server an [`Env`] runs on.
+pub enum Server {
+    /// A private redis-server.
+    Redis(RedisServer),
+    /// A private PostgreSQL (`backend: postgres`).
+    Postgres(PostgresServer),
+}
+
+/// A private server and a cluster.yaml pointing at it (under a unique key prefix on Redis).
 pub struct Env {
-    pub redis: RedisServer,
+    pub server: Server,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
 }
 
 impl Env {
+    /// [`BASE_CONFIG`] plus `queues_yaml` on a private PostgreSQL (`backend: postgres`,
+    /// delayq's tables in the schema `delayq`).
+    pub fn start_postgres(queues_yaml: &str) -> Self {
+        let postgres = PostgresServer::start();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = dir.path().join("cluster.yaml");
+        // The lease must exceed three statement timeouts (config rule): 1 s and 3.5 s.
+        let base = BASE_CONFIG.replace("lease: 2s", "lease: 3500ms");
+        let yaml = format!(
+            "backend: postgres\npostgres:\n  url: {}\n  statement_timeout: 1s\n{base}{queues_yaml}",
+            postgres.url()
+        );
+        std::fs::write(&config, yaml).expect("write cluster.yaml");
+        Env {
+            server: Server::Postgres(postgres),
+            dir,
+            config,
+        }
+    }
+
+    /// The redis-server of a Redis environment.
+    pub fn redis(&self) -> &RedisServer {
+        match &self.server {
+            Server::Redis(redis) => redis,
+            Server::Postgres(_) => panic!("this environment runs on PostgreSQL"),
+        }
+    }
+
+    /// The redis-server of a Redis environment, to stop or restart it.
+    pub fn redis_mut(&mut self) -> &mut RedisServer {
+        match &mut self.server {
+            Server::Redis(redis) => redis,
+            Server::Postgres(_) => panic!("this environment runs on PostgreSQL"),
+        }
+    }
+
+    /// The PostgreSQL server of a PostgreSQL environment.
+    pub fn postgres(&mut self) -> &mut PostgresServer {
+        match &mut self.server {
+            Server::Postgres(postgres) => postgres,
+            Server::Redis(_) => panic!("this environment runs on Redis"),
+        }
+    }
     /// [`BASE_CONFIG`] plus `queues_yaml` (extra top-level sections such as `queue_defaults:`).
     pub fn start(queues_yaml: &str) -> Self {
         let redis = RedisServer::start();
@@ -70,7 +121,11 @@ impl Env {
             redis.url()
         );
         std::fs::write(&config, yaml).expect("write cluster.yaml");
-        Env { redis, dir, config }
+        Env {
+            server: Server::Redis(redis),
+            dir,
+            config,
+        }
     }
 
     /// A `delayq --config <ours> args...` command, run in the temporary directory with a
@@ -243,6 +298,8 @@ pub fn delayq_command(dir: &Path) -> Command {
     command
         .current_dir(dir)
         .env_remove("DELAYQ_REDIS_URL")
+        .env_remove("DELAYQ_BACKEND")
+        .env_remove("DELAYQ_POSTGRES_URL")
         .env_remove("DELAYQ_KEY_PREFIX")
         .env_remove("DELAYQ_NODE_NAME")
         .env_remove("DELAYQ_CONFIG")

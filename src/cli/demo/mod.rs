@@ -383,6 +383,7 @@ fn demo_config(name: &str, redis: Option<&Config>, prefix: &str) -> Config {
     config.engine.lease = Duration::from_secs(2);
     // The lease must exceed three response timeouts (config rule).
     config.redis.response_timeout = Duration::from_millis(600);
+    config.postgres.statement_timeout = Duration::from_millis(600);
     config.engine.shutdown_grace = Duration::from_secs(2);
     config.queues.insert(
         QUEUE.to_owned(),

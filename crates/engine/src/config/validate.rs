@@ -82,7 +82,7 @@ pub(crate) fn check(config: &Config) -> Check {
     config.http.check()?;
     node(&config.node)?;
     engine(&config.engine)?;
-    lease(&config.engine, &config.redis)?;
+    lease(config)?;
     queue("queue_defaults", &config.queue_defaults)?;
     for (name, settings) in &config.queues {
         if QueueName::new(name).is_err() {
@@ -278,20 +278,28 @@ fn engine(engine: &EngineConfig) -> Check {
 /// The lease against the time one Redis command may take: the renewal period (a third of the
 /// lease) must exceed the response timeout, or a single slow renewal lets a healthy
 /// handler's lease run out and its task run twice.
-fn lease(engine: &EngineConfig, redis: &RedisConfig) -> Check {
-    let floor = redis
-        .response_timeout
-        .saturating_mul(LEASE_RESPONSE_TIMEOUTS);
+/// The lease against the backend's bound on one call: `redis.response_timeout` on Redis,
+/// `postgres.statement_timeout` on PostgreSQL (none when it is turned off with 0).
+fn lease(config: &Config) -> Check {
+    let (key, timeout) = match config.backend {
+        super::backend::Backend::Redis => ("redis.response_timeout", config.redis.response_timeout),
+        super::backend::Backend::Postgres => (
+            "postgres.statement_timeout",
+            config.postgres.statement_timeout,
+        ),
+    };
+    let engine = &config.engine;
+    let floor = timeout.saturating_mul(LEASE_RESPONSE_TIMEOUTS);
     if engine.lease <= floor {
         return fail(
             "engine.lease",
             human(engine.lease),
             format!(
-                "must be longer than {LEASE_RESPONSE_TIMEOUTS} x redis.response_timeout ({} x {} = {}): \
+                "must be longer than {LEASE_RESPONSE_TIMEOUTS} x {key} ({} x {} = {}): \
                  the lease is renewed every third of its length (every {}), and a renewal may \
-                 take a whole response timeout; lengthen the lease or shorten the timeout",
+                 take a whole {key}; lengthen the lease or shorten the timeout",
                 LEASE_RESPONSE_TIMEOUTS,
-                human(redis.response_timeout),
+                human(timeout),
                 human(floor),
                 human(engine.lease_renewal_period()),
             ),

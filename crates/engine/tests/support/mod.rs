@@ -145,6 +145,8 @@ impl TestBackend {
                 config.backend = delayq_engine::config::Backend::Postgres;
                 config.postgres.url = server.url();
                 config.postgres.schema = schema_of(&config);
+                // The lease must exceed three statement timeouts (config rule), as on Redis.
+                config.postgres.statement_timeout = config.redis.response_timeout;
                 delayq_engine::Scheduler::builder(config)
             }
         }
