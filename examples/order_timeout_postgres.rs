@@ -56,8 +56,10 @@ async fn main() -> std::process::ExitCode {
 async fn run(args: Args) -> Result<(), Error> {
     // delayq's tables and the example's own `orders` table share one fresh schema.
     let schema = format!("order_example_{}", std::process::id());
-    let mut config = Config::default();
-    config.backend = Backend::Postgres;
+    let mut config = Config {
+        backend: Backend::Postgres,
+        ..Config::default()
+    };
     config.postgres.url = args.postgres.clone();
     config.postgres.schema = schema.clone();
     config.node.name = "order-service".to_owned();

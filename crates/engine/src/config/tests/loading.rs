@@ -82,7 +82,9 @@ fn the_checked_in_cluster_yaml_is_valid_and_documents_every_key() {
     let config = Config::from_yaml_str(text, "cluster.yaml").expect("cluster.yaml is valid");
     // Everything but the queues is written out at its default (node.name is commented out).
     let defaults = Config::default();
+    assert_eq!(config.backend, defaults.backend);
     assert_eq!(config.redis, defaults.redis);
+    assert_eq!(config.postgres, defaults.postgres);
     assert_eq!(config.http, defaults.http);
     assert_eq!(config.node, defaults.node);
     assert_eq!(config.engine, defaults.engine);
@@ -102,6 +104,7 @@ fn the_checked_in_cluster_yaml_is_valid_and_documents_every_key() {
     for key in schema::TOP_KEYS
         .iter()
         .chain(schema::REDIS_KEYS)
+        .chain(super::super::backend::POSTGRES_KEYS)
         .chain(schema::HTTP_KEYS)
         .chain(schema::NODE_KEYS)
         .chain(schema::ENGINE_KEYS)
@@ -114,7 +117,10 @@ fn the_checked_in_cluster_yaml_is_valid_and_documents_every_key() {
             "cluster.yaml does not document `{key}`"
         );
     }
-    for (variable, _) in ENV_OVERRIDES {
+    for (variable, _) in ENV_OVERRIDES
+        .iter()
+        .chain(&super::super::backend::BACKEND_ENV)
+    {
         assert!(
             text.contains(variable),
             "cluster.yaml does not mention {variable}"

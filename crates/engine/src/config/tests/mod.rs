@@ -1,5 +1,6 @@
 //! Specifications of the configuration loader.
 
+mod backend;
 mod loading;
 mod parsing;
 mod rules;
