@@ -108,6 +108,19 @@ pub(crate) fn task_id(key: &str, value: Value) -> StorageResult<TaskId> {
     })
 }
 
+/// A traceparent read from the `traces` hash: nil (none) is `None`, and so is one that does
+/// not parse (written by outside tooling), which is logged: the task goes on without it.
+pub(crate) fn stored_traceparent(traces_key: &str, value: Value) -> Option<TraceParent> {
+    let text = text(value)?;
+    match TraceParent::parse(&text) {
+        Ok(trace) => Some(trace),
+        Err(error) => {
+            tracing::warn!(key = traces_key, %error, "a stored traceparent could not be read; the task goes on without it");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,18 +164,5 @@ mod tests {
             matches!(error, StorageError::CorruptRecord { .. }),
             "{error}"
         );
-    }
-}
-
-/// A traceparent read from the `traces` hash: nil (none) is `None`, and so is one that does
-/// not parse (written by outside tooling), which is logged: the task goes on without it.
-pub(crate) fn stored_traceparent(traces_key: &str, value: Value) -> Option<TraceParent> {
-    let text = text(value)?;
-    match TraceParent::parse(&text) {
-        Ok(trace) => Some(trace),
-        Err(error) => {
-            tracing::warn!(key = traces_key, %error, "a stored traceparent could not be read; the task goes on without it");
-            None
-        }
     }
 }
