@@ -16,8 +16,11 @@
 # redis-server with `perf record -g` over the fire phase into FILE, NODE_PERF=FILE the three
 # node processes (`perf record -F $NODE_PERF_FREQ -g -p <pids>`, 999 Hz unless NODE_PERF_FREQ
 # says otherwise, call chains from DWARF with NODE_PERF_CALLS=dwarf; then `perf report -i FILE
-# --no-children`).
-BIN=$1; P=$2; N=${3:-100000}; PAYLOAD_BYTES=${PAYLOAD_BYTES:-50}
+# --no-children`), QUEUE_DEFAULTS the queue settings as the inside of a YAML flow mapping
+# (`QUEUE_DEFAULTS='concurrency: 512'`; default empty: the documented defaults of cluster.yaml,
+# concurrency 64 per node; the sections of BENCHMARKS.md before issue 26 were measured with
+# `concurrency: 512`, which this script then always set).
+BIN=$1; P=$2; N=${3:-100000}; PAYLOAD_BYTES=${PAYLOAD_BYTES:-50}; QUEUE_DEFAULTS=${QUEUE_DEFAULTS:-}
 D=$(mktemp -d)
 redis-server --port $P --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --dir $D --logfile $D/redis.log
 sleep 0.3
@@ -25,9 +28,10 @@ cat > $D/cluster.yaml <<YAML
 redis:
   url: redis://127.0.0.1:$P/0
   key_prefix: bn
-queue_defaults:
-  concurrency: 512
 YAML
+if [ -n "$QUEUE_DEFAULTS" ]; then
+  echo "queue_defaults: { $QUEUE_DEFAULTS }" >> $D/cluster.yaml
+fi
 for i in 1 2 3; do
   DELAYQ_NODE_NAME=n$i $BIN --config $D/cluster.yaml node --queue burst > $D/out$i.jsonl 2>$D/err$i.log &
   echo $! >> $D/pids

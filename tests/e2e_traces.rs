@@ -371,3 +371,102 @@ fn the_fire_links_to_the_trace_that_scheduled_it_from_another_process() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn schedule_from_takes_each_lines_traceparent_and_get_shows_what_was_stored() {
+    let env = Env::start(QUEUES);
+    let (own, own_trace, own_span) = new_traceparent(11);
+    let (default, default_trace, default_span) = new_traceparent(12);
+    let lines = [
+        format!(r#"{{"id":"own","delay_ms":300,"traceparent":"{own}"}}"#),
+        r#"{"id":"default","delay_ms":300}"#.to_owned(),
+        r#"{"id":"bad","delay_ms":300,"traceparent":"00-not-a-trace-01"}"#.to_owned(),
+        r#"{"id":"wrong-type","delay_ms":300,"traceparent":7}"#.to_owned(),
+        r#"{"id":"null","delay_ms":300,"traceparent":null}"#.to_owned(),
+    ]
+    .join("\n");
+    // No node yet: the tasks wait, so `get` sees them pending.
+    let output = env.run_with_stdin(
+        &[
+            "schedule",
+            "hooks",
+            "--from",
+            "-",
+            "--traceparent",
+            &default,
+        ],
+        lines.as_bytes(),
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "some lines failed: {stderr}");
+    assert_eq!(
+        common::parse_json(&output.stdout),
+        serde_json::json!({"scheduled": 3, "replaced": 0, "duplicates": 0, "kept": 0, "failed": 2}),
+        "{stderr}"
+    );
+    // A bad one refuses its line alone, naming the line, the field and the value.
+    let line = |number: u32| {
+        stderr
+            .lines()
+            .find(|line| line.starts_with(&format!("error: line {number}: ")))
+            .unwrap_or_else(|| panic!("line {number} is reported: {stderr}"))
+    };
+    assert!(
+        line(3).contains("\"traceparent\"") && line(3).contains("\"00-not-a-trace-01\""),
+        "{stderr}"
+    );
+    assert!(
+        line(4).contains("\"traceparent\"") && line(4).contains("got 7"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("error: line").count(), 2, "{stderr}");
+
+    for (id, expected) in [("own", &own), ("default", &default), ("null", &default)] {
+        let task = env.json(&["get", "hooks", id]);
+        assert_eq!(task["traceparent"], expected.as_str(), "{id}: {task}");
+    }
+    assert_eq!(env.run(&["get", "hooks", "bad"]).status.code(), Some(1));
+    // Without --traceparent a line without one is untraced; the one-task form is shown too.
+    let plain = r#"{"id":"plain","delay_ms":3600000}"#;
+    let summary = env.run_with_stdin(&["schedule", "hooks", "--from", "-"], plain.as_bytes());
+    assert_eq!(common::parse_json(&summary.stdout)["scheduled"], 1);
+    assert_eq!(
+        env.json(&["get", "hooks", "plain"])["traceparent"],
+        serde_json::Value::Null
+    );
+    let (single, _, _) = new_traceparent(13);
+    env.json(&[
+        "schedule",
+        "hooks",
+        "single",
+        "--in",
+        "1h",
+        "--traceparent",
+        &single,
+    ]);
+    assert_eq!(
+        env.json(&["get", "hooks", "single"])["traceparent"],
+        single.as_str()
+    );
+
+    // Fired, each links to the trace its line gave (or the command's default).
+    let (collector_url, collector) = start_collector();
+    let (hook_url, _hooks) = start_receiver();
+    let _node = spawn_traced_node(
+        &env,
+        &collector_url,
+        &["--handler", "http", "--url", &hook_url],
+    );
+    for (id, trace_id, span_id) in [
+        ("own", &own_trace, &own_span),
+        ("default", &default_trace, &default_span),
+        ("null", &default_trace, &default_span),
+    ] {
+        let fire = wait_for_fire_span(&collector, "hooks", id);
+        assert!(
+            links_to(&fire, trace_id, span_id),
+            "{id}: links to {trace_id}/{span_id}: {:?}",
+            fire.span.links
+        );
+    }
+}

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use delayq_engine::config::Config;
-use delayq_engine::{ScheduleMode, ScheduleRequest, Scheduler, When};
+use delayq_engine::{ScheduleMode, ScheduleRequest, Scheduler, TraceParent, When};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -32,6 +32,19 @@ struct Line {
     /// `replace`, `if_absent`, `earlier` or `later`; the command's `--mode` when absent.
     #[serde(default)]
     mode: Option<String>,
+    /// A W3C trace context; the command's `--traceparent` when absent (or null). Read as
+    /// any JSON value so that a wrong one is refused naming the field and the value.
+    #[serde(default)]
+    traceparent: Option<serde_json::Value>,
+}
+
+/// What applies to the lines that do not say: the command's `--mode` and `--traceparent`.
+#[derive(Debug, Clone, Default)]
+pub struct LineDefaults {
+    /// The mode of lines without `"mode"`.
+    pub mode: ScheduleMode,
+    /// The trace context of lines without `"traceparent"`.
+    pub traceparent: Option<TraceParent>,
 }
 
 /// An id may be written as a string or as a whole number.
@@ -53,8 +66,13 @@ struct Summary {
 }
 
 /// Loads the tasks of `source` (a file, or `-` for stdin) into `queue`.
-/// `mode` applies to the lines that give none.
-pub async fn run(queue: &str, source: &Path, mode: ScheduleMode, config: Config) -> CliResult<()> {
+/// `defaults` apply to the lines that give no mode or trace context.
+pub async fn run(
+    queue: &str,
+    source: &Path,
+    defaults: LineDefaults,
+    config: Config,
+) -> CliResult<()> {
     let (reader, size): (Box<dyn Read + Send>, Option<u64>) = if source == Path::new("-") {
         (Box::new(std::io::stdin()), None)
     } else {
@@ -70,7 +88,7 @@ pub async fn run(queue: &str, source: &Path, mode: ScheduleMode, config: Config)
     let mut loader = Loader {
         scheduler: &scheduler,
         queue,
-        mode,
+        defaults,
         bar: progress_bar(size),
         bound,
         batch: Vec::with_capacity(BATCH),
@@ -221,8 +239,8 @@ fn progress_bar(size: Option<u64>) -> Option<ProgressBar> {
 struct Loader<'a> {
     scheduler: &'a Scheduler,
     queue: &'a str,
-    /// The mode of lines that give none.
-    mode: ScheduleMode,
+    /// The mode and trace context of lines that give none.
+    defaults: LineDefaults,
     bar: Option<ProgressBar>,
     /// The longest line read.
     bound: usize,
@@ -266,7 +284,7 @@ impl Loader<'_> {
             if let Some(bar) = &self.bar {
                 bar.inc(line.len() as u64);
             }
-            match parse_line(&line, self.mode) {
+            match parse_line(&line, &self.defaults) {
                 Ok(Some(request)) => self.batch.push((number, request)),
                 Ok(None) => {}
                 Err(reason) => self.reject(number, &reason),
@@ -324,9 +342,9 @@ impl Loader<'_> {
     }
 }
 
-/// One input line as a request (in `default_mode` unless it gives a `"mode"`); `None` for a
-/// blank line.
-fn parse_line(raw: &[u8], default_mode: ScheduleMode) -> Result<Option<ScheduleRequest>, String> {
+/// One input line as a request (with the mode and trace context of `defaults` unless it gives
+/// its own); `None` for a blank line.
+fn parse_line(raw: &[u8], defaults: &LineDefaults) -> Result<Option<ScheduleRequest>, String> {
     let text = std::str::from_utf8(raw).map_err(|error| format!("not UTF-8: {error}"))?;
     let text = text.trim();
     if text.is_empty() {
@@ -358,15 +376,36 @@ fn parse_line(raw: &[u8], default_mode: ScheduleMode) -> Result<Option<ScheduleR
         Some(text) => text
             .parse::<ScheduleMode>()
             .map_err(|error| format!("mode: {error}"))?,
-        None => default_mode,
+        None => defaults.mode,
+    };
+    let traceparent = match line.traceparent {
+        None | Some(serde_json::Value::Null) => defaults.traceparent.clone(),
+        Some(serde_json::Value::String(text)) => {
+            Some(TraceParent::parse(&text).map_err(|error| format!("\"traceparent\": {error}"))?)
+        }
+        Some(other) => {
+            return Err(format!(
+                "\"traceparent\": expected a string (00-<32 hex>-<16 hex>-<2 hex>), got {}",
+                shorten_json(&other)
+            ))
+        }
     };
     Ok(Some(ScheduleRequest {
         id,
         when,
         payload: Bytes::from(line.payload.unwrap_or_default()),
         mode,
-        traceparent: None,
+        traceparent,
     }))
+}
+
+/// A JSON value for an error message, at most about 80 characters of it.
+fn shorten_json(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(80) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text,
+    }
 }
 
 #[cfg(test)]
@@ -374,13 +413,13 @@ mod tests {
     use super::*;
 
     fn parsed(text: &str) -> ScheduleRequest {
-        parse_line(text.as_bytes(), ScheduleMode::Upsert)
+        parse_line(text.as_bytes(), &LineDefaults::default())
             .expect("a valid line")
             .expect("not blank")
     }
 
     fn rejected(text: &str) -> String {
-        parse_line(text.as_bytes(), ScheduleMode::Upsert).expect_err("a bad line")
+        parse_line(text.as_bytes(), &LineDefaults::default()).expect_err("a bad line")
     }
 
     #[test]
@@ -397,7 +436,7 @@ mod tests {
         assert_eq!(request.when, When::At(1_700_000_000_000));
         assert_eq!(&request.payload[..], b"x");
         assert_eq!(
-            parse_line(b"  \r\n", ScheduleMode::Upsert).expect("blank is fine"),
+            parse_line(b"  \r\n", &LineDefaults::default()).expect("blank is fine"),
             None
         );
         assert_eq!(request.mode, ScheduleMode::Upsert);
@@ -408,10 +447,48 @@ mod tests {
         let line = r#"{"id":"a","delay_ms":5,"mode":"later"}"#;
         assert_eq!(parsed(line).mode, ScheduleMode::Later);
         let line = r#"{"id":"a","delay_ms":5}"#;
-        let request = parse_line(line.as_bytes(), ScheduleMode::IfAbsent)
+        let defaults = LineDefaults {
+            mode: ScheduleMode::IfAbsent,
+            traceparent: None,
+        };
+        let request = parse_line(line.as_bytes(), &defaults)
             .expect("valid")
             .expect("not blank");
         assert_eq!(request.mode, ScheduleMode::IfAbsent);
+    }
+
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const OTHER_TRACE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn a_line_may_give_its_traceparent_else_the_default_applies() {
+        let defaults = LineDefaults {
+            mode: ScheduleMode::Upsert,
+            traceparent: Some(TraceParent::parse(TRACE).expect("valid")),
+        };
+        let parse = |line: &str| {
+            parse_line(line.as_bytes(), &defaults)
+                .expect("valid")
+                .expect("not blank")
+                .traceparent
+                .map(|trace| trace.to_string())
+        };
+        let own = format!(r#"{{"id":"a","delay_ms":5,"traceparent":"{OTHER_TRACE}"}}"#);
+        assert_eq!(parse(&own).as_deref(), Some(OTHER_TRACE));
+        assert_eq!(parse(r#"{"id":"a","delay_ms":5}"#).as_deref(), Some(TRACE));
+        let null = r#"{"id":"a","delay_ms":5,"traceparent":null}"#;
+        assert_eq!(parse(null).as_deref(), Some(TRACE));
+        assert_eq!(parsed(r#"{"id":"a","delay_ms":5}"#).traceparent, None);
+    }
+
+    #[test]
+    fn a_bad_traceparent_is_refused_naming_the_field_and_the_value() {
+        let error = rejected(r#"{"id":"a","delay_ms":5,"traceparent":"00-zz-01"}"#);
+        assert!(error.contains("\"traceparent\""), "{error}");
+        assert!(error.contains("00-zz-01"), "{error}");
+        let error = rejected(r#"{"id":"a","delay_ms":5,"traceparent":42}"#);
+        assert!(error.contains("\"traceparent\""), "{error}");
+        assert!(error.contains("got 42"), "{error}");
     }
 
     fn lines_of(input: &[u8], bound: usize) -> Vec<String> {
@@ -469,7 +546,7 @@ mod tests {
         assert!(rejected(r#"{"id":"a","delay_ms":-1}"#).contains("invalid JSON"));
         assert!(rejected(r#"{"id":"a","delay_ms":1,"mode":"sooner"}"#)
             .contains("unknown schedule mode \"sooner\""));
-        assert!(parse_line(&[0xff, b'\n'], ScheduleMode::Upsert)
+        assert!(parse_line(&[0xff, b'\n'], &LineDefaults::default())
             .expect_err("not UTF-8")
             .contains("UTF-8"));
     }

@@ -41,8 +41,9 @@ replaced by every mode but if_absent.
 below 10^11 is refused, as it looks like seconds.
 
 --from reads one JSON object per line: {\"id\":..,\"delay_ms\":..} or {\"id\":..,\"due_ms\":..},
-with an optional \"payload\" string and \"mode\" (as --mode; --mode is the default for lines
-without one). Empty lines are skipped. A bad line is reported on stderr with its line number
+with an optional \"payload\" string, \"mode\" (as --mode; --mode is the default for lines
+without one) and \"traceparent\" (as --traceparent, which is the default for lines without
+one; a line with an invalid one is refused). Empty lines are skipped. A bad line is reported on stderr with its line number
 and skipped; the others still load. The summary
 {\"scheduled\",\"replaced\",\"duplicates\",\"kept\",\"failed\"} goes to stdout. The exit status is
 0 when every line was scheduled (or kept, or a duplicate), 1 when some lines failed (the rest
@@ -81,15 +82,20 @@ pub struct ScheduleArgs {
     #[arg(long, value_name = "FILE|-", conflicts_with = "id")]
     from: Option<PathBuf>,
 
-    /// The W3C trace context (00-<trace id>-<span id>-<flags>) the fire's span links to.
-    #[arg(long, value_name = "TRACEPARENT", value_parser = values::traceparent, conflicts_with = "from")]
+    /// The W3C trace context (00-<trace id>-<span id>-<flags>) the fire's span links to; with
+    /// --from, that of the lines that give no "traceparent".
+    #[arg(long, value_name = "TRACEPARENT", value_parser = values::traceparent)]
     traceparent: Option<TraceParent>,
 }
 
 /// Schedules one task, or loads a file.
 pub async fn run(args: ScheduleArgs, config: Config) -> CliResult<()> {
     if let Some(source) = args.from {
-        return load::run(&args.queue, &source, args.mode, config).await;
+        let defaults = load::LineDefaults {
+            mode: args.mode,
+            traceparent: args.traceparent,
+        };
+        return load::run(&args.queue, &source, defaults, config).await;
     }
     let when = match (args.in_, args.at) {
         (Some(delay), _) => When::In(delay),

@@ -58,7 +58,8 @@ pub fn insert_payload_preview(object: &mut Map<String, Value>, payload: &[u8]) {
 }
 
 /// A task as `delayq get` prints it: queue, id, state, due_ms, attempt, generation, payload,
-/// last_error, state_since_ms.
+/// last_error, state_since_ms, traceparent (the W3C trace context it was scheduled with, or
+/// null).
 pub fn task(queue: &str, info: &TaskInfo) -> Value {
     let mut object = Map::new();
     object.insert("queue".to_owned(), Value::from(queue));
@@ -75,6 +76,10 @@ pub fn task(queue: &str, info: &TaskInfo) -> Value {
     object.insert(
         "state_since_ms".to_owned(),
         Value::from(info.state_since_ms),
+    );
+    object.insert(
+        "traceparent".to_owned(),
+        Value::from(info.traceparent.as_ref().map(|trace| trace.as_str())),
     );
     Value::Object(object)
 }

@@ -34,6 +34,12 @@ pub const QUEUE_NAME_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
 /// `maxLength` counts characters, so the description says it).
 pub const TASK_ID_PATTERN: &str = "^[^\\x00]+$";
 
+/// A stored W3C `traceparent`: version `00`, lowercase hex (the all-zero ids and version
+/// `ff` are never stored either: [`TraceParent::parse`] refuses them).
+///
+/// [`TraceParent::parse`]: delayq_storage::TraceParent::parse
+pub const TRACEPARENT_PATTERN: &str = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$";
+
 /// A recurring schedule's name: `[A-Za-z0-9_.:-]`, 1..=128 characters.
 pub const SCHEDULE_NAME_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
 
@@ -320,6 +326,12 @@ fn answers() -> Vec<(&'static str, Value)> {
                     "due_ms": ms, "attempt": count, "generation": count,
                     "last_error": {"type": ["string", "null"]},
                     "state_since_ms": ms_or_null,
+                    "traceparent": {
+                        "type": ["string", "null"],
+                        "pattern": TRACEPARENT_PATTERN,
+                        "description": "The W3C trace context the task was scheduled with (its fire's span links to it); null when it was scheduled without one, once it completed, or when it was cancelled while running",
+                        "example": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                    },
                 }),
             );
             task["properties"]["payload"] = json!({"type": "string", "description": "The payload, when it is UTF-8"});
@@ -436,6 +448,21 @@ mod tests {
             "{a}".to_owned(),
         ]);
         candidates
+    }
+
+    #[test]
+    fn a_stored_traceparent_matches_its_pattern() {
+        let pattern = regex(TRACEPARENT_PATTERN);
+        for value in [
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+            // A later version is stored as its first 55 characters.
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+        ] {
+            let stored = delayq_storage::TraceParent::parse(value).expect("valid");
+            assert!(pattern.is_match(stored.as_str()), "{stored}");
+        }
+        assert!(!pattern.is_match("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"));
     }
 
     #[test]

@@ -65,6 +65,7 @@ async fn schedule_get_cancel_answer_like_the_cli() {
         "generation",
         "last_error",
         "state_since_ms",
+        "traceparent",
     ] {
         assert!(task.get(key).is_some(), "{key} in {task}");
     }
@@ -89,6 +90,53 @@ async fn schedule_get_cancel_answer_like_the_cli() {
         missing["error"].as_str().is_some_and(|e| e.contains("o-1")),
         "{missing}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_shows_the_traceparent_of_the_request_that_scheduled_the_task() {
+    const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let server = redis();
+    let config = config(&server.url());
+    let scheduler = producer(&config).await;
+    let api = Api::new(serve(&scheduler, options(&scheduler)).await);
+    let send = |method: reqwest::Method, path: &str, body: Value| {
+        api.client
+            .request(method, format!("{}{path}", api.base))
+            .header("traceparent", TRACE)
+            .json(&body)
+            .send()
+    };
+    let put = send(
+        reqwest::Method::PUT,
+        "/v1/queues/orders/tasks/traced",
+        json!({"in": "1h"}),
+    )
+    .await
+    .expect("the server answers");
+    assert_eq!(put.status(), 200);
+    let bulk = send(
+        reqwest::Method::POST,
+        "/v1/queues/orders/tasks",
+        json!([{"id": "bulk-1", "delay_ms": 3_600_000}]),
+    )
+    .await
+    .expect("the server answers");
+    assert_eq!(bulk.status(), 200);
+    let (status, _) = api
+        .call(
+            "PUT",
+            "/v1/queues/orders/tasks/untraced",
+            Some(json!({"in": "1h"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    for id in ["traced", "bulk-1"] {
+        let task = api.ok(&format!("/v1/queues/orders/tasks/{id}")).await;
+        assert_eq!(task["traceparent"], TRACE, "{task}");
+    }
+    let task = api.ok("/v1/queues/orders/tasks/untraced").await;
+    assert_eq!(task["traceparent"], Value::Null, "{task}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -511,6 +511,10 @@ pub struct TaskInfo {
     pub last_error: Option<String>,
     /// In flight: when the lease runs out. Dead: when it died. Done: when it completed.
     pub state_since_ms: Option<u64>,
+    /// The trace context it was scheduled with, if any: the one its fire's span links to.
+    /// `None` once it completed (a done task keeps no trace) or was cancelled while its
+    /// handler ran.
+    pub traceparent: Option<crate::TraceParent>,
 }
 
 /// A dead letter as `list_dead` reports it.

@@ -25,6 +25,9 @@ class Task:
         queue (str):
         state (TaskState):
         state_since_ms (int | None):
+        traceparent (None | str): The W3C trace context the task was scheduled with (its fire's span links to it); null
+            when it was scheduled without one, once it completed, or when it was cancelled while running Example:
+            00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01.
         payload (str | Unset): The payload, when it is UTF-8
         payload_base64 (str | Unset): The payload in standard base64, when it is not UTF-8
     """
@@ -37,6 +40,7 @@ class Task:
     queue: str
     state: TaskState
     state_since_ms: int | None
+    traceparent: None | str
     payload: str | Unset = UNSET
     payload_base64: str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
@@ -60,6 +64,9 @@ class Task:
         state_since_ms: int | None
         state_since_ms = self.state_since_ms
 
+        traceparent: None | str
+        traceparent = self.traceparent
+
         payload = self.payload
 
         payload_base64 = self.payload_base64
@@ -76,6 +83,7 @@ class Task:
                 "queue": queue,
                 "state": state,
                 "state_since_ms": state_since_ms,
+                "traceparent": traceparent,
             }
         )
         if payload is not UNSET:
@@ -114,6 +122,13 @@ class Task:
 
         state_since_ms = _parse_state_since_ms(d.pop("state_since_ms"))
 
+        def _parse_traceparent(data: object) -> None | str:
+            if data is None:
+                return data
+            return cast(None | str, data)
+
+        traceparent = _parse_traceparent(d.pop("traceparent"))
+
         payload = d.pop("payload", UNSET)
 
         payload_base64 = d.pop("payload_base64", UNSET)
@@ -127,6 +142,7 @@ class Task:
             queue=queue,
             state=state,
             state_since_ms=state_since_ms,
+            traceparent=traceparent,
             payload=payload,
             payload_base64=payload_base64,
         )

@@ -212,6 +212,10 @@ export type Task = {
     queue: string;
     state: 'pending' | 'inflight' | 'dead' | 'done';
     state_since_ms: number | null;
+    /**
+     * The W3C trace context the task was scheduled with (its fire's span links to it); null when it was scheduled without one, once it completed, or when it was cancelled while running
+     */
+    traceparent: string | null;
 };
 
 /**

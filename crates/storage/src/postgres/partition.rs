@@ -452,6 +452,7 @@ impl<'t, 'x> Part<'t, 'x> {
                 payload: Bytes::from(record.payload),
                 last_error: record.last_error,
                 state_since_ms,
+                traceparent: record.traceparent,
             }));
         }
         let Some(done) = self.done(id).await? else {
@@ -467,6 +468,7 @@ impl<'t, 'x> Part<'t, 'x> {
                 payload: Bytes::new(),
                 last_error: None,
                 state_since_ms: Some(done.completed_ms),
+                traceparent: None,
             }),
         )
     }

@@ -29,7 +29,7 @@ pub(crate) struct Sql {
     pub put_pending: String,
     /// Deletes a live task. `$1, $2, $3 id`.
     pub delete_task: String,
-    /// Marks a task cancelled while in flight. `$1, $2, $3 id`.
+    /// Marks a task cancelled while in flight (its trace goes, as in cancel.lua). `$1, $2, $3 id`.
     pub cancel_inflight: String,
     /// Makes a task pending again. `$1, $2, $3 id, $4 at_ms, $5 due_ms, $6 attempt, $7 last_error`.
     pub make_pending: String,
@@ -136,7 +136,7 @@ impl Sql {
             ),
             delete_task: s(&format!("DELETE FROM {{schema}}.tasks WHERE {task_key}")),
             cancel_inflight: s(&format!(
-                "UPDATE {{schema}}.tasks SET generation = 0 WHERE {task_key}"
+                "UPDATE {{schema}}.tasks SET generation = 0, traceparent = NULL WHERE {task_key}"
             )),
             make_pending: s(&format!(
                 "UPDATE {{schema}}.tasks SET state = 'pending', at_ms = $4, due_ms = $5, \

@@ -11,7 +11,9 @@ use super::connection::RedisStore;
 use super::error_map::{map_error, unexpected_reply};
 use super::lease::{decode, explicit_due};
 use super::replication::Writer;
-use super::reply::{expect_array, expect_number, number, scored_pairs, task_id, text};
+use super::reply::{
+    expect_array, expect_number, number, scored_pairs, stored_traceparent, task_id, text,
+};
 use super::scripts::SCRIPTS;
 
 /// Entries removed per script call by the bulk housekeeping operations, so no single call
@@ -59,17 +61,27 @@ impl RedisStore {
                     .key(&keys.inflight)
                     .key(&keys.dead)
                     .key(&keys.done)
+                    .key(&keys.traces)
                     .arg(id.as_str())
                     .arg(self.options.executed_retention_ms);
                 async move { connection.run_script(&call).await }
             })
             .await?;
-        let values = expect_array(OPERATION, reply)?;
-        let [raw, state, score]: [Value; 3] = match values.try_into() {
-            Ok(triple) => triple,
-            Err(values) if values.is_empty() => return Ok(None),
-            Err(_) => return Err(unexpected_reply(OPERATION, "expected three values")),
+        let mut values = expect_array(OPERATION, reply)?;
+        if values.is_empty() {
+            return Ok(None);
+        }
+        // The trace is the fourth value; a reply of three (a nil trace at the end of the
+        // script's table) has none.
+        let trace = if values.len() == 4 {
+            values.pop()
+        } else {
+            None
         };
+        let [raw, state, score]: [Value; 3] = values
+            .try_into()
+            .map_err(|_| unexpected_reply(OPERATION, "expected three or four values"))?;
+        let traceparent = trace.and_then(|value| stored_traceparent(&keys.traces, value));
         let record = decode(&keys.tasks, id, raw)?;
         let score = expect_number(OPERATION, &score, "the state's score")?;
         let state = match text(state).as_deref() {
@@ -92,6 +104,7 @@ impl RedisStore {
             last_error: record.last_error(),
             payload: record.payload,
             state_since_ms,
+            traceparent,
         }))
     }
 

@@ -12,7 +12,7 @@ use super::connection::{ClaimRequest, RedisStore};
 use super::error_map::{copy_error, map_error, unexpected_reply};
 use super::keys::PartitionKeys;
 use super::lease::{decode, explicit_due};
-use super::reply::{array, expect_array, expect_number, task_id, text};
+use super::reply::{array, expect_array, expect_number, stored_traceparent, task_id, text};
 use super::scripts::SCRIPTS;
 use delayq_redis::ScriptCall;
 
@@ -139,16 +139,7 @@ fn trace_list(traces_key: &str, value: Option<Value>) -> Vec<Option<TraceParent>
     };
     values
         .into_iter()
-        .map(|value| {
-            let text = text(value)?;
-            match TraceParent::parse(&text) {
-                Ok(trace) => Some(trace),
-                Err(error) => {
-                    tracing::warn!(key = traces_key, %error, "a stored traceparent could not be read; the task fires without it");
-                    None
-                }
-            }
-        })
+        .map(|value| stored_traceparent(traces_key, value))
         .collect()
 }
 

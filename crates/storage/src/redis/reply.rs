@@ -4,6 +4,7 @@ use redis::Value;
 
 use crate::error::{StorageError, StorageResult};
 use crate::model::TaskId;
+use crate::TraceParent;
 
 use super::error_map::unexpected_reply;
 
@@ -105,6 +106,19 @@ pub(crate) fn task_id(key: &str, value: Value) -> StorageResult<TaskId> {
         field: lossy,
         reason: error.to_string(),
     })
+}
+
+/// A traceparent read from the `traces` hash: nil (none) is `None`, and so is one that does
+/// not parse (written by outside tooling), which is logged: the task goes on without it.
+pub(crate) fn stored_traceparent(traces_key: &str, value: Value) -> Option<TraceParent> {
+    let text = text(value)?;
+    match TraceParent::parse(&text) {
+        Ok(trace) => Some(trace),
+        Err(error) => {
+            tracing::warn!(key = traces_key, %error, "a stored traceparent could not be read; the task goes on without it");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

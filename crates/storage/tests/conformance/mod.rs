@@ -464,6 +464,7 @@ macro_rules! conformance_suite {
                 a_new_schedule_replaces_or_drops_the_traceparent,
                 a_finished_task_leaves_no_traceparent_behind,
                 recover_claim_returns_the_traceparents,
+                get_shows_the_traceparent_scheduled_with_and_none_without,
             ],
             input: [
                 queue_name_empty_is_rejected,

@@ -2,7 +2,7 @@
 //! generation (retries and recovered claims included); a new schedule of the id replaces it or,
 //! without one, drops it; a task that completes, is cancelled or purged leaves none behind.
 
-use delayq_storage::{AckOutcome, FailAction, ScheduleMode, TraceParent};
+use delayq_storage::{AckOutcome, Cancel, FailAction, ScheduleMode, TaskState, TraceParent};
 
 use super::*;
 
@@ -174,4 +174,79 @@ pub async fn recover_claim_returns_the_traceparents(make: Make) {
         traces(&recovered.tasks),
         [("a", Some(&trace(7))), ("b", None)]
     );
+}
+
+pub async fn get_shows_the_traceparent_scheduled_with_and_none_without(make: Make) {
+    let (store, p) = setup(make).await;
+    for (name, span) in [
+        ("traced", Some(1)),
+        ("untraced", None),
+        ("dead", Some(2)),
+        ("cancelled-running", Some(3)),
+        ("rescheduled", Some(4)),
+    ] {
+        schedule_traced(&store, &p, name, T0, span).await;
+    }
+    let trace_of = |info: TaskInfo| (info.state, info.traceparent);
+    assert_eq!(
+        trace_of(get(&store, &p, "traced").await),
+        (TaskState::Pending, Some(trace(1)))
+    );
+    assert_eq!(
+        trace_of(get(&store, &p, "untraced").await),
+        (TaskState::Pending, None)
+    );
+    for task in claim_all(&store, &p, T0).await {
+        let name = task.id.as_str();
+        match name {
+            "traced" => {
+                assert_eq!(
+                    trace_of(get(&store, &p, name).await),
+                    (TaskState::Inflight, Some(trace(1)))
+                );
+                assert_eq!(ack(&store, &task).await, AckOutcome::Completed);
+                // A done task keeps only what dedup needs.
+                assert_eq!(
+                    trace_of(get(&store, &p, name).await),
+                    (TaskState::Done, None)
+                );
+            }
+            "untraced" => assert_eq!(
+                trace_of(get(&store, &p, name).await),
+                (TaskState::Inflight, None)
+            ),
+            "dead" => {
+                dead_letter(&store, &task, "boom").await;
+                assert_eq!(
+                    trace_of(get(&store, &p, name).await),
+                    (TaskState::Dead, Some(trace(2)))
+                );
+            }
+            "cancelled-running" => {
+                assert_eq!(
+                    store.cancel(&p, &task.id).await.expect("cancel"),
+                    Cancel::InFlight
+                );
+                // Its running attempt is the last: its trace is gone already.
+                assert_eq!(
+                    trace_of(get(&store, &p, name).await),
+                    (TaskState::Inflight, None)
+                );
+            }
+            "rescheduled" => {
+                // Scheduled again while it runs: get shows the new, pending task's trace.
+                schedule_traced(&store, &p, name, T0 + 50, Some(5)).await;
+                assert_eq!(
+                    trace_of(get(&store, &p, name).await),
+                    (TaskState::Pending, Some(trace(5)))
+                );
+                schedule_traced(&store, &p, name, T0 + 60, None).await;
+                assert_eq!(
+                    trace_of(get(&store, &p, name).await),
+                    (TaskState::Pending, None)
+                );
+            }
+            other => panic!("unexpected task {other}"),
+        }
+    }
 }

@@ -290,7 +290,9 @@ impl PartitionState {
             return Cancel::NotFound;
         };
         if let Place::Inflight { .. } = record.place {
+            // As cancel.lua: the running attempt is the last, and its trace goes now.
             record.generation = 0;
+            record.traceparent = None;
             return Cancel::InFlight;
         }
         let place = record.place;
@@ -319,6 +321,7 @@ impl PartitionState {
                 payload: record.payload.clone(),
                 last_error: record.last_error.clone(),
                 state_since_ms,
+                traceparent: record.traceparent.clone(),
             });
         }
         let done = self.done.get(id)?;
@@ -331,6 +334,7 @@ impl PartitionState {
             payload: Bytes::new(),
             last_error: None,
             state_since_ms: Some(done.completed_ms),
+            traceparent: None,
         })
     }
 
