@@ -5,7 +5,10 @@
 //! Cluster or a Sentinel-watched master), under a fresh key prefix `<key_prefix>:bench-<hex>`
 //! (so an ACL user limited to `~<key_prefix>:*` can run it), whose keys are removed afterwards
 //! master by master. Each scenario also reports every master's share of the script calls and
-//! its CPU time per task (`INFO commandstats`, `INFO cpu`). Four scenarios:
+//! its CPU time per task (`INFO commandstats`, `INFO cpu`). With `--postgres URL` (or
+//! `backend: postgres`) the nodes run on PostgreSQL instead, in a fresh schema
+//! `<postgres.schema>_bench_<hex>` dropped afterwards; the per-master figures are Redis's
+//! only. Four scenarios:
 //!
 //! - **precision**: tasks due uniformly over `--min-delay..--spread`, each scheduled with one
 //!   `schedule` call from one of the nodes; the lateness (`fired - due`, cluster clock) of
@@ -33,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use delayq_engine::config::{Config, QueueConfig};
+use delayq_engine::config::{Backend, Config, QueueConfig};
 use delayq_engine::{ScheduleRequest, Scheduler, Task, When};
 use futures::stream::{self, StreamExt};
 use hdrhistogram::Histogram;
@@ -41,7 +44,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::harness::{histogram, lock, remove_run_keys, run_config, unique_prefix, BoxError};
+use super::harness::{
+    drop_schema, histogram, lock, remove_run_keys, run_config, unique_prefix, BoxError,
+};
 use masters::Masters;
 use report::*;
 use scenarios::*;
@@ -89,8 +94,12 @@ RSS <= 64 MiB with 1,000,000 far-future tasks pending. Use a release build.")]
 pub struct BenchArgs {
     /// One Redis server to benchmark against, instead of the configuration's topology
     /// [default: redis.url, redis.cluster or redis.sentinel of --config / the environment].
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "postgres")]
     pub redis: Option<String>,
+    /// A PostgreSQL to benchmark against (`backend: postgres`), instead of the configuration's
+    /// backend; the bench's tables go into a fresh schema, dropped afterwards.
+    #[arg(long, value_name = "URL")]
+    pub postgres: Option<String>,
     /// In-process nodes sharing the work.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub nodes: u32,
@@ -171,12 +180,15 @@ pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result
             .await?;
         nodes.push(scheduler);
     }
-    let masters = match Masters::discover(config.connect_options()).await {
-        Ok(masters) => Some(masters),
-        Err(error) => {
-            tracing::warn!(%error, "no per-master figures: the masters could not be listed");
-            None
-        }
+    let masters = match config.backend {
+        Backend::Postgres => None,
+        Backend::Redis => match Masters::discover(config.connect_options()).await {
+            Ok(masters) => Some(masters),
+            Err(error) => {
+                tracing::warn!(%error, "no per-master figures: the masters could not be listed");
+                None
+            }
+        },
     };
     let outcome = run_scenarios(
         &args,
@@ -196,7 +208,12 @@ pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result
     let cleanup = match nodes.first() {
         Some(node) if !args.keep_keys => {
             let cleaning = Instant::now();
-            let removed = remove_run_keys(masters.as_ref(), &config, node.store(), &QUEUES).await;
+            let removed = match config.backend {
+                Backend::Postgres => drop_schema(&config.postgres_settings()).await,
+                Backend::Redis => {
+                    remove_run_keys(masters.as_ref(), &config, node.store(), &QUEUES).await
+                }
+            };
             tracing::info!(
                 elapsed_ms = cleaning.elapsed().as_millis() as u64,
                 "benchmark data removed"
@@ -213,8 +230,8 @@ pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result
     }
     cleanup.map_err(|error| {
         format!(
-            "removing the benchmark's keys under {}: failed: {error}",
-            config.redis.key_prefix
+            "removing the benchmark's data under {}: failed: {error}",
+            run_namespace(&config)
         )
     })?;
     Ok(())
@@ -225,7 +242,25 @@ pub async fn run(args: BenchArgs, json: bool, config: Option<PathBuf>) -> Result
 /// queues with a high concurrency.
 fn bench_config(args: &BenchArgs, path: Option<PathBuf>) -> Result<Config, BoxError> {
     let mut config = run_config(path.as_deref(), args.redis.as_deref())?;
-    config.redis.key_prefix = unique_prefix(&format!("{}:bench", config.redis.key_prefix));
+    if args.redis.is_some() {
+        config.backend = Backend::Redis;
+    }
+    if let Some(url) = &args.postgres {
+        config.backend = Backend::Postgres;
+        config.postgres.url = url.clone();
+    }
+    match config.backend {
+        Backend::Postgres => {
+            config.postgres.schema = format!(
+                "{}_bench_{:08x}",
+                config.postgres.schema,
+                rand::rng().random::<u32>()
+            );
+        }
+        Backend::Redis => {
+            config.redis.key_prefix = unique_prefix(&format!("{}:bench", config.redis.key_prefix));
+        }
+    }
     config.engine.claim_batch = args.claim_batch;
     for queue in QUEUES {
         let settings = QueueConfig {
@@ -236,6 +271,14 @@ fn bench_config(args: &BenchArgs, path: Option<PathBuf>) -> Result<Config, BoxEr
     }
     config.validate()?;
     Ok(config)
+}
+
+/// Where a run's data lives: the key prefix on Redis, the schema on PostgreSQL.
+fn run_namespace(config: &Config) -> String {
+    match config.backend {
+        Backend::Postgres => config.postgres.schema.clone(),
+        Backend::Redis => config.redis.key_prefix.clone(),
+    }
 }
 
 async fn run_scenarios(
@@ -250,11 +293,18 @@ async fn run_scenarios(
     wait_for_assignment(config, nodes).await?;
     let wanted = |scenario: Scenario| args.scenario == scenario || args.scenario == Scenario::All;
     let topology = config.connect_options().topology;
+    let (server, topology) = match config.backend {
+        Backend::Postgres => (config.postgres.redacted_url(), "postgres".to_owned()),
+        Backend::Redis => (
+            topology.describe(),
+            format!("{:?}", topology.kind()).to_lowercase(),
+        ),
+    };
     let mut report = Report {
-        redis: topology.describe(),
-        topology: format!("{:?}", topology.kind()).to_lowercase(),
+        redis: server,
+        topology,
         masters: masters.map_or(0, Masters::len),
-        key_prefix: config.redis.key_prefix.clone(),
+        key_prefix: run_namespace(config),
         nodes: args.nodes,
         cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
         cpu_model: cpu_model(),

@@ -108,15 +108,20 @@ pub(super) async fn streaming(
         .streaming
         .started_ms
         .store(nodes[0].now_ms(), Ordering::Relaxed);
-    let pinger = super::pinger::Pinger::start(config.connect_options());
+    // The Redis round trip beside the lateness (none on PostgreSQL).
+    let pinger = (config.backend == delayq_engine::config::Backend::Redis)
+        .then(|| super::pinger::Pinger::start(config.connect_options()));
     let produced = produce(args, nodes).await;
     let stream = &probe.streaming;
     stream.ended_ms.store(nodes[0].now_ms(), Ordering::Relaxed);
     let cpu_stream = process_cpu_ms();
-    let ping_us = tokio::task::spawn_blocking(move || pinger.stop())
-        .await
-        .ok()
-        .flatten();
+    let ping_us = match pinger {
+        Some(pinger) => tokio::task::spawn_blocking(move || pinger.stop())
+            .await
+            .ok()
+            .flatten(),
+        None => None,
+    };
     let machine = machine_load();
     let during_masters = sample_masters(masters).await;
     let bar = progress(produced.scheduled, "streaming: firing");
