@@ -255,3 +255,120 @@ async fn a_burst_survives_the_server_killed_and_restarted() {
         node.shutdown().await.expect("graceful shutdown");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_survives_every_connection_being_dropped_twice() {
+    let mut backend = TestBackend::postgres();
+    let config = fast_config();
+    let recorder = Recorder::new();
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        nodes.push(node(&backend, &config, &recorder).await);
+    }
+    wait_for_ownership(&nodes, 2).await;
+    const TASKS: usize = 1_000;
+    let requests: Vec<ScheduleRequest> = (0..TASKS)
+        .map(|n| {
+            let due = Duration::from_millis(300 + (n as u64 * 3_000) / TASKS as u64);
+            timeout_in(&format!("task-{n}"), due)
+        })
+        .collect();
+    for chunk in requests.chunks(250) {
+        for result in nodes[0]
+            .schedule_many(QUEUE, chunk.to_vec())
+            .await
+            .expect("batch stored")
+        {
+            result.expect("item stored");
+        }
+    }
+    // Twice mid-burst, every connection of the nodes (pools and LISTEN) is terminated, as a
+    // proxy restart or an idle-connection reaper would.
+    let server = backend.postgres_server().expect("postgres");
+    for after in [50, 500] {
+        wait_until(Duration::from_secs(10), "the burst went on", || {
+            recorder.distinct() > after
+        })
+        .await;
+        let terminated = server
+            .psql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE application_name LIKE 'delayq%'",
+            )
+            .expect("terminate the nodes' connections");
+        assert_ne!(terminated.trim(), "0", "the nodes had connections");
+    }
+    wait_until(Duration::from_secs(60), "every task fired", || {
+        recorder.distinct() == TASKS
+    })
+    .await;
+    let twice = recorder
+        .counts()
+        .into_values()
+        .filter(|count| *count > 1)
+        .count();
+    assert!(twice <= 256, "{twice} tasks fired twice");
+    // The membership came back too: both nodes still own their shares.
+    wait_for_ownership(&nodes, 2).await;
+    for node in &nodes {
+        node.shutdown().await.expect("graceful shutdown");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_schema_of_the_previous_migration_set_is_upgraded_by_a_starting_node() {
+    // The release before the coordinator existed stopped at migration 3: its tasks are
+    // in the database when the first node of this release starts and applies migration 4.
+    let mut backend = TestBackend::postgres();
+    let url = server_url(&mut backend);
+    let config = fast_config();
+    let settings =
+        delayq_postgres::PostgresConfig::new(url.clone()).with_schema(schema_of(&config));
+    let database = delayq_postgres::Database::new(&settings).expect("database");
+    let previous = &delayq_postgres::MIGRATIONS[..3];
+    delayq_postgres::Migrator::with_migrations(&database, previous)
+        .apply()
+        .await
+        .expect("the previous release's schema");
+    let store = delayq_storage::PostgresStore::on(database.clone(), Default::default());
+    use delayq_storage::TaskStore;
+    let queue = delayq_storage::QueueName::new(QUEUE).expect("queue");
+    store
+        .register_queue(&queue, config.queue_defaults.partitions)
+        .await
+        .expect("registered");
+    let now = delayq_coordinator::SystemClock.now_ms();
+    use delayq_coordinator::LocalClock;
+    for n in 0..20u32 {
+        let id = delayq_storage::TaskId::new(format!("old-{n}")).expect("id");
+        let partition = delayq_storage::Partition::new(
+            queue.clone(),
+            delayq_storage::partition_of(&id, config.queue_defaults.partitions),
+        );
+        store
+            .schedule(
+                &partition,
+                delayq_storage::NewTask {
+                    id,
+                    due_ms: now + 500,
+                    payload: bytes::Bytes::new(),
+                    traceparent: None,
+                },
+                Default::default(),
+            )
+            .await
+            .expect("scheduled by the previous release");
+    }
+    let recorder = Recorder::new();
+    let scheduler = node(&backend, &config, &recorder).await;
+    let status = delayq_postgres::Migrator::new(&database)
+        .check()
+        .await
+        .expect("current after the node started");
+    assert_eq!(status.version() as usize, delayq_postgres::MIGRATIONS.len());
+    wait_until(Duration::from_secs(20), "the old tasks fired", || {
+        recorder.distinct() == 20
+    })
+    .await;
+    scheduler.shutdown().await.expect("shutdown");
+}
