@@ -8,8 +8,10 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    assert_success, by_id, load_tasks, parse_json, task_lines, Env, FireLog, NodeProcess,
+    assert_success, by_id, http_call, load_tasks, logged_http_url, parse_json, task_lines, Env,
+    FireLog, NodeProcess,
 };
+use serde_json::json;
 
 const QUEUES: &str = "\
 queue_defaults:
@@ -183,4 +185,57 @@ fn the_demo_runs_on_postgres_and_drops_its_schema() {
         .psql("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'delayq_demo_%'")
         .expect("psql");
     assert_eq!(schemas.trim(), "0", "the demo's schema is dropped");
+}
+
+#[test]
+fn a_node_serves_the_api_dashboard_and_metrics_on_postgres() {
+    let env = Env::start_postgres("http:\n  listen: 127.0.0.1:0\n");
+    let node = env.spawn_node("web", &[]);
+    let url = logged_http_url(&node.stderr_text()).expect("the node logged its URL");
+    for index in 0..5 {
+        let (status, body) = http_call(
+            "PUT",
+            &format!("{url}/v1/queues/ticks/tasks/t{index}"),
+            None,
+            Some(json!({"in": "0s", "payload": "{}"})),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    common::wait_until(
+        Duration::from_secs(30),
+        "5 fires",
+        || node.fires.distinct() == 5,
+        || format!("{}", node.fires.len()),
+    );
+    let (status, over_http) = http_call(
+        "GET",
+        &format!("{url}/v1/queues/ticks/tasks/t0"),
+        None,
+        None,
+    );
+    assert_eq!(status, 200, "{over_http}");
+    assert_eq!(over_http, env.json(&["get", "ticks", "t0"]));
+    let (status, nodes) = http_call("GET", &format!("{url}/v1/nodes"), None, None);
+    assert_eq!(status, 200);
+    assert_eq!(nodes.as_array().map(Vec::len), Some(1), "{nodes}");
+    let scrape = || {
+        http_call("GET", &format!("{url}/metrics"), None, None)
+            .1
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    common::wait_until(
+        Duration::from_secs(10),
+        "the fires in /metrics",
+        || scrape().contains("delayq_tasks_fired_total{queue=\"ticks\"} 5"),
+        scrape,
+    );
+    let (status, page) = http_call("GET", &format!("{url}/"), None, None);
+    assert_eq!(status, 200);
+    assert!(page
+        .as_str()
+        .is_some_and(|html| html.contains("<title>delayq</title>")));
+    let (status, ready) = http_call("GET", &format!("{url}/readyz"), None, None);
+    assert_eq!(status, 200, "{ready}");
 }
