@@ -18,12 +18,11 @@
 use delayq_coordinator::{PostgresCoordinator, Wakeup};
 use delayq_postgres::tokio_postgres::Transaction;
 use delayq_storage::{
-    partition_of, validate_due, Cancel, NewTask, Partition, PostgresStore, QueueName,
-    ScheduleOutcome, TaskId,
+    partition_of, Cancel, Partition, PostgresStore, QueueName, ScheduleOutcome, TaskId,
 };
 
 use crate::error::{EngineError, EngineResult};
-use crate::scheduler::{scheduled, ScheduleRequest, Scheduler};
+use crate::scheduler::{scheduled, PreparedTask, ScheduleRequest, Scheduler};
 use crate::task::Scheduled;
 
 impl Scheduler {
@@ -56,26 +55,13 @@ impl Scheduler {
         request: ScheduleRequest,
     ) -> EngineResult<Scheduled> {
         let store = self.postgres_store()?;
-        let ScheduleRequest {
-            id,
-            when,
-            payload,
+        let PreparedTask {
+            partition,
+            task,
             mode,
-            traceparent,
-        } = request;
-        let traceparent = traceparent.or_else(crate::trace::current_traceparent);
-        let queue = QueueName::new(queue)?;
-        let id = TaskId::new(id)?;
-        let partitions = self.partitions_for_write(&queue).await?;
-        let now = self.now_ms();
-        let due_ms = validate_due(when.due_ms(now))?;
-        let partition = Partition::new(queue, partition_of(&id, partitions));
-        let task = NewTask {
-            id: id.clone(),
-            due_ms,
-            payload,
-            traceparent,
-        };
+            now,
+        } = self.prepare(queue, request).await?;
+        let (id, due_ms) = (task.id.clone(), task.due_ms);
         let outcome = store.schedule_in_tx(tx, &partition, task, mode).await?;
         let announce = matches!(
             outcome,

@@ -234,26 +234,13 @@ impl Scheduler {
         queue: &str,
         request: ScheduleRequest,
     ) -> EngineResult<Scheduled> {
-        let ScheduleRequest {
-            id,
-            when,
-            payload,
+        let PreparedTask {
+            partition,
+            task,
             mode,
-            traceparent,
-        } = request;
-        let traceparent = traceparent.or_else(crate::trace::current_traceparent);
-        let queue = QueueName::new(queue)?;
-        let id = TaskId::new(id)?;
-        let partitions = self.partitions_for_write(&queue).await?;
-        let now = self.now_ms();
-        let due_ms = validate_due(when.due_ms(now))?;
-        let partition = Partition::new(queue, partition_of(&id, partitions));
-        let task = NewTask {
-            id: id.clone(),
-            due_ms,
-            payload,
-            traceparent,
-        };
+            now,
+        } = self.prepare(queue, request).await?;
+        let (id, due_ms) = (task.id.clone(), task.due_ms);
         let outcome = match self.runtime.store.schedule(&partition, task, mode).await {
             Ok(outcome) => outcome,
             Err(error @ StorageError::ReplicationTimeout { .. }) => {
@@ -269,6 +256,41 @@ impl Scheduler {
         crate::admin::record_scheduled(&partition.queue, &outcome);
         self.announce(&partition, due_ms, now, &outcome).await;
         Ok(scheduled(&partition, &id, due_ms, outcome))
+    }
+
+    /// Validates one request and places it: its partition (the queue registered first), its
+    /// due on the cluster clock, and its trace context (the request's, else the current
+    /// span's).
+    pub(crate) async fn prepare(
+        &self,
+        queue: &str,
+        request: ScheduleRequest,
+    ) -> EngineResult<PreparedTask> {
+        let ScheduleRequest {
+            id,
+            when,
+            payload,
+            mode,
+            traceparent,
+        } = request;
+        let traceparent = traceparent.or_else(crate::trace::current_traceparent);
+        let queue = QueueName::new(queue)?;
+        let id = TaskId::new(id)?;
+        let partitions = self.partitions_for_write(&queue).await?;
+        let now = self.now_ms();
+        let due_ms = validate_due(when.due_ms(now))?;
+        let partition = Partition::new(queue, partition_of(&id, partitions));
+        Ok(PreparedTask {
+            partition,
+            task: NewTask {
+                id,
+                due_ms,
+                payload,
+                traceparent,
+            },
+            mode,
+            now,
+        })
     }
 
     /// Schedules many tasks of one queue in pipelined batches, each in its request's mode.
@@ -598,6 +620,18 @@ impl Scheduler {
         }
         Ok(count)
     }
+}
+
+/// A request ready for the store ([`Scheduler::prepare`]).
+pub(crate) struct PreparedTask {
+    /// Where the task goes.
+    pub(crate) partition: Partition,
+    /// The task, due on the cluster clock.
+    pub(crate) task: NewTask,
+    /// What to do with a live task of the same id.
+    pub(crate) mode: ScheduleMode,
+    /// The cluster clock when the request was placed.
+    pub(crate) now: u64,
 }
 
 pub(crate) fn scheduled(

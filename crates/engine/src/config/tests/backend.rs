@@ -1,17 +1,7 @@
 //! `backend:` and `postgres:`: parsing, the environment, and the rules that change with the
 //! backend.
 
-use std::collections::HashMap;
-
 use super::*;
-
-fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    move |name: &str| map.get(name).cloned()
-}
 
 #[test]
 fn redis_is_the_default_and_postgres_reads_its_section() {

@@ -21,6 +21,15 @@ fn millis(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
+/// An environment of `pairs`, for the loaders' `get`.
+fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: std::collections::HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name: &str| map.get(name).cloned()
+}
+
 fn parse_err(text: &str) -> ConfigError {
     Config::from_yaml_str(text, SRC).expect_err("the text must be rejected")
 }

@@ -1,19 +1,9 @@
 //! The Redis topology keys: `redis.url` | `redis.cluster` | `redis.sentinel`, `redis.tls`,
 //! `redis.wait_replicas`, their environment variables, and the options they connect with.
 
-use std::collections::HashMap;
-
 use delayq_redis::Topology;
 
 use super::*;
-
-fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    move |name: &str| map.get(name).cloned()
-}
 
 #[test]
 fn a_cluster_is_a_list_of_seed_urls() {
