@@ -276,13 +276,14 @@ async fn nodes_whose_clocks_are_5s_off_fire_on_time(backend: TestBackend) {
         fired_at_real_ms.lock().len() == count as usize
     })
     .await;
-    // Never early, and nowhere near the 5 s skew late; the upper bound is generous because
-    // a loaded CI machine delays fires by tens of milliseconds (73 ms was seen with builds
-    // beside it), which is the benchmarks' business, not this test's.
+    // Never early, and nowhere near the 5 s skew late; the upper bound is generous (half the
+    // skew) because a loaded CI machine delays fires (73 ms was seen with builds beside it
+    // on Redis, 1.1 s on PostgreSQL with the whole suite and two benchmarks beside it), which
+    // is the benchmarks' business, not this test's.
     for (due, real) in fired_at_real_ms.lock().iter() {
         let lateness = *real as i64 - *due as i64;
         assert!(
-            (-5..=1_000).contains(&lateness),
+            (-5..=2_500).contains(&lateness),
             "fired {lateness} ms from its due time on the real clock"
         );
     }

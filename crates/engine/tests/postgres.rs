@@ -360,3 +360,52 @@ async fn a_schema_of_the_previous_migration_set_is_upgraded_by_a_starting_node()
     .await;
     scheduler.shutdown().await.expect("shutdown");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_transaction_stays_open_while_handlers_run() {
+    // 64 handlers of 2 s each: were a claim's transaction held across its handlers, the
+    // server would show it open (idle in transaction) for seconds.
+    let mut backend = TestBackend::postgres();
+    let config = fast_config();
+    let recorder = Recorder::new();
+    let record = recorder.clone();
+    let scheduler = backend
+        .builder(&config)
+        .handler(QUEUE, move |task: delayq_engine::Task| {
+            record.record(&task);
+            async {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                Ok::<(), std::io::Error>(())
+            }
+        })
+        .start()
+        .await
+        .expect("node starts");
+    wait_for_ownership(std::slice::from_ref(&scheduler), 1).await;
+    let requests: Vec<ScheduleRequest> = (0..64)
+        .map(|n| timeout_in(&format!("slow-{n}"), Duration::from_millis(200)))
+        .collect();
+    scheduler
+        .schedule_many(QUEUE, requests)
+        .await
+        .expect("batch stored");
+    wait_until(Duration::from_secs(10), "the handlers started", || {
+        recorder.distinct() == 64
+    })
+    .await;
+    let server = backend.postgres_server().expect("postgres");
+    let mut samples = 0;
+    for _ in 0..15 {
+        let open = server
+            .psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'delayq%' \
+                 AND xact_start < clock_timestamp() - interval '1 second'",
+            )
+            .expect("pg_stat_activity");
+        assert_eq!(open.trim(), "0", "a transaction open for over a second");
+        samples += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(samples, 15);
+    scheduler.shutdown().await.expect("shutdown");
+}
