@@ -6,7 +6,8 @@
 # and of AFTER from `git archive` of each rev, into BIN_DIR/<short rev>/delayq (a binary that
 # is there already is used as it is), then runs bench/burst_nodes.sh (a burst of N tasks due at
 # one instant through 3 node processes on one private redis-server) for three variants, in turn
-# each round so that the noise of a shared machine falls on all of them alike:
+# each round (even rounds in reverse order) so that the noise of a shared machine falls on all
+# of them alike:
 #   before      BEFORE's binary
 #   after       AFTER's binary, no OTEL_* variable (nothing exported)
 #   after_otel  AFTER's binary with OTEL_EXPORTER_OTLP_ENDPOINT pointing at bench/otlp_sink.py
@@ -72,7 +73,10 @@ for round in $(seq 1 "$rounds"); do
   for concurrency in $concurrencies; do
     queue_defaults=""
     [[ "$concurrency" != default ]] && queue_defaults="concurrency: $concurrency"
-    for variant in $variants; do
+    # Even rounds run the variants in reverse order, so that none always follows another.
+    order=$variants
+    (( round % 2 == 0 )) && order=$(printf '%s\n' $variants | tac | tr '\n' ' ')
+    for variant in $order; do
       bin=$after_bin
       [[ $variant == before ]] && bin=$before_bin
       sink0=$(sink_stats)
@@ -133,4 +137,24 @@ for concurrency in dict.fromkeys(r["concurrency"] for r in runs):
             else:
                 cells.append(f"{value:g}")
         print(f"| {concurrency} | {variant} | {count} | " + " | ".join(cells) + " |")
+# The same ratios taken round by round (each variant against the `before` run of its own
+# round, a minute apart), whose median a drifting load disturbs less than the medians'.
+print()
+print("| concurrency | variant | per-round ratio to before, median (range): " + " | ".join(label for _, label in fields[:3]) + " |")
+print("|---|---|" + "---|" * 3)
+for concurrency in dict.fromkeys(r["concurrency"] for r in runs):
+    for variant in dict.fromkeys(r["variant"] for r in runs):
+        if variant == "before":
+            continue
+        cells = []
+        for key, _ in fields[:3]:
+            ratios = []
+            for round_ in sorted({r["round"] for r in runs}):
+                pick = lambda v: next((r.get(key) for r in runs if r["round"] == round_ and r["variant"] == v
+                                       and r["concurrency"] == concurrency and "error" not in r), None)
+                value, base = pick(variant), pick("before")
+                if value is not None and base:
+                    ratios.append(value / base)
+            cells.append(f"{statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})" if ratios else "–")
+        print(f"| {concurrency} | {variant} | " + " | ".join(cells) + " |")
 PY
