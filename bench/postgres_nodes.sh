@@ -2,8 +2,8 @@
 # Part of BENCHMARKS.md (issue 25). Needs PostgreSQL's server binaries (initdb, postgres; the
 # Debian package `postgresql`), psql and python3.
 # 3 `delayq node --handler log` processes with `backend: postgres` on one private PostgreSQL
-# (initdb in a temp dir, fsync off as the tests run it, pg_stat_statements loaded), at the
-# documented defaults unless QUEUE_DEFAULTS says otherwise. Prints one JSON line per scenario:
+# (bench/pg_private.sh: initdb in a temp dir, fsync off as the tests run it, pg_stat_statements
+# loaded), at the documented defaults unless QUEUE_DEFAULTS says otherwise. Prints one JSON line per scenario:
 #   burst    N tasks due at one instant: tasks_per_s (N / (last fired - due)), node and
 #            postgres CPU µs per task (/proc utime+stime of the nodes; of every postgres
 #            process, plus the children the postmaster reaped), statements per task
@@ -22,16 +22,8 @@ set -euo pipefail
 BIN=$(readlink -f "$1"); P=$2; N=${3:-100000}
 N_SPREAD=${N_SPREAD:-6000}; SPREAD_S=${SPREAD_S:-60}; IDLE_QUEUES=${IDLE_QUEUES:-50}; IDLE_S=${IDLE_S:-60}
 SCENARIOS=${SCENARIOS:-burst spread idle}; QUEUE_DEFAULTS=${QUEUE_DEFAULTS:-}
-PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
-D=$(mktemp -d)
-chmod 755 "$D"
-AS=()
-if [ "$(id -u)" = 0 ]; then chown nobody "$D"; AS=(runuser -u nobody --); fi
-"${AS[@]}" "$PG_BIN/initdb" -D "$D/data" -U postgres --auth=trust >/dev/null
-"${AS[@]}" "$PG_BIN/pg_ctl" -D "$D/data" -l "$D/postgres.log" -w -o \
-  "-p $P -k $D -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_preload_libraries=pg_stat_statements" start >/dev/null
-psql -X -q -h 127.0.0.1 -p "$P" -U postgres -c "CREATE EXTENSION pg_stat_statements" postgres
-URL="postgres://postgres@127.0.0.1:$P/postgres"
+. "$(dirname "$0")/pg_private.sh"
+pg_private_start "$P"
 cat > "$D/cluster.yaml" <<YAML
 backend: postgres
 postgres:
@@ -170,5 +162,4 @@ if "idle" in SCENARIOS:
                       "postgres_cpu_pct": round((c1 - c0) * 100 / seconds, 2)}), flush=True)
 PY
 kill $(cat "$D/pids") 2>/dev/null || true; sleep 1
-"${AS[@]}" "$PG_BIN/pg_ctl" -D "$D/data" -m immediate stop >/dev/null 2>&1 || true
-if [ -n "${KEEP:-}" ]; then echo "kept $D" >&2; else rm -rf "$D"; fi
+pg_private_stop
