@@ -2,8 +2,9 @@
 //   node peer.mjs setup PEER URL QUEUES          install the peer's schema, create the queues
 //   node peer.mjs work PEER CONFIG URL QUEUES OUT  one worker process: every handler start is
 //                                                 appended to OUT as {"queue","id","due_ms","fired_ms"}
-//   node peer.mjs load PEER URL QUEUE FILE       create the jobs of FILE (JSON lines {"id","due_ms"}),
-//                                                 each to start at its due_ms (startAfter / runAt)
+//   node peer.mjs load PEER URL QUEUE FILE       create the jobs of FILE (JSON lines {"id","due_ms"},
+//                                                 "queue" to name another queue than QUEUE), each to
+//                                                 start at its due_ms (startAfter / runAt)
 // PEER: pgboss | graphile. QUEUES: comma-separated queue names (pg-boss queues, Graphile task
 // identifiers). CONFIG: see CONFIGS below.
 import fs from "node:fs";
@@ -71,15 +72,23 @@ if (mode === "setup") {
     const boss = new PgBoss({ connectionString: url, supervise: false, schedule: false, migrate: false });
     boss.on("error", (e) => console.error(e));
     await boss.start();
-    for (let i = 0; i < jobs.length; i += CHUNK) {
-      await boss.insert(queue, jobs.slice(i, i + CHUNK).map((j) => ({ data: j, startAfter: new Date(j.due_ms) })));
+    const byQueue = new Map();
+    for (const j of jobs) {
+      const q = j.queue ?? queue;
+      if (!byQueue.has(q)) byQueue.set(q, []);
+      byQueue.get(q).push(j);
+    }
+    for (const [q, list] of byQueue) {
+      for (let i = 0; i < list.length; i += CHUNK) {
+        await boss.insert(q, list.slice(i, i + CHUNK).map((j) => ({ data: j, startAfter: new Date(j.due_ms) })));
+      }
     }
     await boss.stop({ graceful: false });
   } else {
     const { makeWorkerUtils } = await graphile();
     const utils = await makeWorkerUtils({ connectionString: url });
     for (let i = 0; i < jobs.length; i += CHUNK) {
-      await utils.addJobs(jobs.slice(i, i + CHUNK).map((j) => ({ identifier: queue, payload: j, runAt: new Date(j.due_ms) })));
+      await utils.addJobs(jobs.slice(i, i + CHUNK).map((j) => ({ identifier: j.queue ?? queue, payload: j, runAt: new Date(j.due_ms) })));
     }
     await utils.release();
   }

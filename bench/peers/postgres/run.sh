@@ -196,8 +196,7 @@ if "spread" in SCENARIOS:
 
 if "idle" in SCENARIOS:
     far = int(time.time() * 1000) + 30 * 24 * 3600 * 1000
-    for q in range(IDLE_QUEUES):
-        load(f"idle-{q:02d}", ['{"id":"far","due_ms":%d}\n' % far])
+    load("idle-00", ['{"id":"far","due_ms":%d,"queue":"idle-%02d"}\n' % (far, q) for q in range(IDLE_QUEUES)])
     time.sleep(IDLE_SETTLE_S)
     psql("SELECT pg_stat_statements_reset()")
     n0, c0, (x0, s0), t0 = worker_cpu(), postgres_cpu(), counters(), time.time()
