@@ -14,6 +14,8 @@
 #   idle     IDLE_QUEUES queues x 16 partitions, one task each far in the future, nothing
 #            due: transactions and statements per second over IDLE_S seconds, after the
 #            cluster settled
+# burst and idle also carry top_statements: delayq's 5 most called statements over the phase
+# (pg_stat_statements, reset at its start).
 # usage: postgres_nodes.sh BINARY PORT [N]
 # Environment: N_SPREAD (default 6000), SPREAD_S (60), IDLE_QUEUES (50), IDLE_S (60),
 # SCENARIOS (default "burst spread idle"), QUEUE_DEFAULTS (inside of a YAML flow mapping,
@@ -103,6 +105,12 @@ def wait_for(count, timeout):
     while len(fires()) < count and time.time() < end:
         time.sleep(0.05)
 
+def top_statements(limit=5):
+    # The most called statements of delayq's schema since the last reset: [calls, query start].
+    rows = psql("SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) FROM pg_stat_statements "
+                "WHERE query LIKE '%delayq%' AND query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC LIMIT " + str(limit))
+    return [r.split("|", 1) for r in rows.splitlines()]
+
 def pct(values, q):
     values = sorted(values)
     return values[min(len(values) - 1, int(q * (len(values) - 1)))]
@@ -115,9 +123,11 @@ if "burst" in SCENARIOS:
         print(json.dumps({"error": "the load took too long: the due instant passed"}))
     while time.time() * 1000 < due - 50:
         time.sleep(0.01)
+    psql("SELECT pg_stat_statements_reset()")
     n0, c0, (x0, s0) = node_cpu(), postgres_cpu(), counters()
     wait_for(N, 300)
     n1, c1, (x1, s1) = node_cpu(), postgres_cpu(), counters()
+    top = top_statements()
     burst = [f for f in fires() if f["queue"] == "burst"]
     last = max(f["fired_ms"] for f in burst)
     print(json.dumps({"scenario": "burst", "tasks": N, "deliveries": len(burst),
@@ -125,7 +135,7 @@ if "burst" in SCENARIOS:
                       "node_cpu_us_per_task": round((n1 - n0) * 1e6 / N, 1),
                       "postgres_cpu_us_per_task": round((c1 - c0) * 1e6 / N, 1),
                       "statements_per_task": round((s1 - s0) / N, 3),
-                      "transactions_per_task": round((x1 - x0) / N, 3)}), flush=True)
+                      "transactions_per_task": round((x1 - x0) / N, 3), "top_statements": top}), flush=True)
     fired_before = len(fires())
 
 if "spread" in SCENARIOS:
@@ -151,6 +161,7 @@ if "idle" in SCENARIOS:
         load(f"idle-{q:02d}", ['{"id":"far","due_ms":%d}\n' % far])
     # Let the partitions go idle (one idle period and a half at the default 30 s).
     time.sleep(50)
+    psql("SELECT pg_stat_statements_reset()")
     n0, c0, (x0, s0), t0 = node_cpu(), postgres_cpu(), counters(), time.time()
     time.sleep(IDLE_S)
     n1, c1, (x1, s1), t1 = node_cpu(), postgres_cpu(), counters(), time.time()
@@ -159,7 +170,8 @@ if "idle" in SCENARIOS:
                       "seconds": round(seconds), "transactions_per_s": round((x1 - x0) / seconds, 1),
                       "statements_per_s": round((s1 - s0) / seconds, 1),
                       "node_cpu_pct": round((n1 - n0) * 100 / seconds, 2),
-                      "postgres_cpu_pct": round((c1 - c0) * 100 / seconds, 2)}), flush=True)
+                      "postgres_cpu_pct": round((c1 - c0) * 100 / seconds, 2),
+                      "top_statements": top_statements()}), flush=True)
 PY
 kill $(cat "$D/pids") 2>/dev/null || true; sleep 1
 pg_private_stop
