@@ -15,12 +15,13 @@
 #            due: transactions and statements per second over IDLE_S seconds, after the
 #            cluster settled
 # burst and idle also carry top_statements: delayq's 5 most called statements over the phase
-# (pg_stat_statements, reset at its start).
+# (pg_stat_statements, reset at its start), and other_statements: the 5 most called others.
 # usage: postgres_nodes.sh BINARY PORT [N]
 # Environment: N_SPREAD (default 6000), SPREAD_S (60), IDLE_QUEUES (50), IDLE_S (60),
 # LEAD_S (90: the burst is due that long after its load starts; `schedule --from` of 100,000
 # took over 30 s on the shared machine), SCENARIOS (default "burst spread idle"),
-# QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g. 'concurrency: 512'), PG_BIN (default: the newest /usr/lib/postgresql/*/bin), KEEP=1.
+# QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g. 'concurrency: 512'), PG_BIN (default:
+# the newest /usr/lib/postgresql/*/bin), KEEP=1.
 set -euo pipefail
 BIN=$(readlink -f "$1"); P=$2; N=${3:-100000}
 N_SPREAD=${N_SPREAD:-6000}; SPREAD_S=${SPREAD_S:-60}; IDLE_QUEUES=${IDLE_QUEUES:-50}; IDLE_S=${IDLE_S:-60}
@@ -108,10 +109,12 @@ def wait_for(count, timeout):
     while len(fires()) < count and time.time() < end:
         time.sleep(0.05)
 
-def top_statements(limit=5):
-    # The most called statements of delayq's schema since the last reset: [calls, query start].
+def top_statements(limit=5, other=False):
+    # The most called statements of delayq's schema since the last reset: [calls, query start];
+    # other=True: the others (BEGIN, COMMIT, pool checks...), which the statement counts leave out.
+    where = "NOT LIKE '%delayq%'" if other else "LIKE '%delayq%'"
     rows = psql("SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) FROM pg_stat_statements "
-                "WHERE query LIKE '%delayq%' AND query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC LIMIT " + str(limit))
+                "WHERE query " + where + " AND query NOT LIKE '%pg_stat_%' ORDER BY calls DESC LIMIT " + str(limit))
     return [r.split("|", 1) for r in rows.splitlines()]
 
 def pct(values, q):
@@ -132,7 +135,7 @@ if "burst" in SCENARIOS:
     n0, c0, (x0, s0) = node_cpu(), postgres_cpu(), counters()
     wait_for(N, 300)
     n1, c1, (x1, s1) = node_cpu(), postgres_cpu(), counters()
-    top = top_statements()
+    top, other = top_statements(), top_statements(other=True)
     burst = [f for f in fires() if f["queue"] == "burst"]
     last = max(f["fired_ms"] for f in burst)
     print(json.dumps({"scenario": "burst", "tasks": N, "deliveries": len(burst),
@@ -140,7 +143,8 @@ if "burst" in SCENARIOS:
                       "node_cpu_us_per_task": round((n1 - n0) * 1e6 / N, 1),
                       "postgres_cpu_us_per_task": round((c1 - c0) * 1e6 / N, 1),
                       "statements_per_task": round((s1 - s0) / N, 3),
-                      "transactions_per_task": round((x1 - x0) / N, 3), "top_statements": top}), flush=True)
+                      "transactions_per_task": round((x1 - x0) / N, 3), "top_statements": top,
+                      "other_statements": other}), flush=True)
     fired_before = len(fires())
 
 if "spread" in SCENARIOS:
@@ -176,7 +180,8 @@ if "idle" in SCENARIOS:
                       "statements_per_s": round((s1 - s0) / seconds, 1),
                       "node_cpu_pct": round((n1 - n0) * 100 / seconds, 2),
                       "postgres_cpu_pct": round((c1 - c0) * 100 / seconds, 2),
-                      "top_statements": top_statements()}), flush=True)
+                      "top_statements": top_statements(),
+                      "other_statements": top_statements(other=True)}), flush=True)
 PY
 kill $(cat "$D/pids") 2>/dev/null || true; sleep 1
 pg_private_stop
