@@ -2,8 +2,8 @@
 # Part of BENCHMARKS.md (issue 25). Needs PostgreSQL's server binaries (initdb, postgres; the
 # Debian package `postgresql`), psql and python3.
 # 3 `delayq node --handler log` processes with `backend: postgres` on one private PostgreSQL
-# (initdb in a temp dir, fsync off as the tests run it, pg_stat_statements loaded), at the
-# documented defaults unless QUEUE_DEFAULTS says otherwise. Prints one JSON line per scenario:
+# (bench/pg_private.sh: initdb in a temp dir, fsync off as the tests run it, pg_stat_statements
+# loaded), at the documented defaults unless QUEUE_DEFAULTS says otherwise. Prints one JSON line per scenario:
 #   burst    N tasks due at one instant: tasks_per_s (N / (last fired - due)), node and
 #            postgres CPU µs per task (/proc utime+stime of the nodes; of every postgres
 #            process, plus the children the postmaster reaped), statements per task
@@ -14,24 +14,21 @@
 #   idle     IDLE_QUEUES queues x 16 partitions, one task each far in the future, nothing
 #            due: transactions and statements per second over IDLE_S seconds, after the
 #            cluster settled
+# burst and idle also carry top_statements: delayq's 5 most called statements over the phase
+# (pg_stat_statements, reset at its start), and other_statements: the 5 most called others.
 # usage: postgres_nodes.sh BINARY PORT [N]
 # Environment: N_SPREAD (default 6000), SPREAD_S (60), IDLE_QUEUES (50), IDLE_S (60),
-# SCENARIOS (default "burst spread idle"), QUEUE_DEFAULTS (inside of a YAML flow mapping,
-# e.g. 'concurrency: 512'), PG_BIN (default: the newest /usr/lib/postgresql/*/bin), KEEP=1.
+# LEAD_S (90: the burst is due that long after its load starts; `schedule --from` of 100,000
+# took over 30 s on the shared machine), SCENARIOS (default "burst spread idle"),
+# QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g. 'concurrency: 512'), PG_BIN (default:
+# the newest /usr/lib/postgresql/*/bin), KEEP=1.
 set -euo pipefail
 BIN=$(readlink -f "$1"); P=$2; N=${3:-100000}
 N_SPREAD=${N_SPREAD:-6000}; SPREAD_S=${SPREAD_S:-60}; IDLE_QUEUES=${IDLE_QUEUES:-50}; IDLE_S=${IDLE_S:-60}
+LEAD_S=${LEAD_S:-90}
 SCENARIOS=${SCENARIOS:-burst spread idle}; QUEUE_DEFAULTS=${QUEUE_DEFAULTS:-}
-PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)}
-D=$(mktemp -d)
-chmod 755 "$D"
-AS=()
-if [ "$(id -u)" = 0 ]; then chown nobody "$D"; AS=(runuser -u nobody --); fi
-"${AS[@]}" "$PG_BIN/initdb" -D "$D/data" -U postgres --auth=trust >/dev/null
-"${AS[@]}" "$PG_BIN/pg_ctl" -D "$D/data" -l "$D/postgres.log" -w -o \
-  "-p $P -k $D -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 -c shared_preload_libraries=pg_stat_statements" start >/dev/null
-psql -X -q -h 127.0.0.1 -p "$P" -U postgres -c "CREATE EXTENSION pg_stat_statements" postgres
-URL="postgres://postgres@127.0.0.1:$P/postgres"
+. "$(dirname "$0")/pg_private.sh"
+pg_private_start "$P"
 cat > "$D/cluster.yaml" <<YAML
 backend: postgres
 postgres:
@@ -47,11 +44,12 @@ for i in 1 2 3; do
   echo $! >> "$D/pids"
 done
 sleep 3
-python3 - "$D" "$P" "$N" "$BIN" "$N_SPREAD" "$SPREAD_S" "$IDLE_QUEUES" "$IDLE_S" "$SCENARIOS" <<'PY'
+python3 - "$D" "$P" "$N" "$BIN" "$N_SPREAD" "$SPREAD_S" "$IDLE_QUEUES" "$IDLE_S" "$SCENARIOS" "$LEAD_S" <<'PY'
 import sys, time, subprocess, json, glob, os, random
 D, P, N, BIN = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 N_SPREAD, SPREAD_S, IDLE_QUEUES, IDLE_S = map(int, sys.argv[5:9])
 SCENARIOS = sys.argv[9].split()
+LEAD_S = int(sys.argv[10])
 CONFIG = D + "/cluster.yaml"
 tick = os.sysconf("SC_CLK_TCK")
 pids = [int(x) for x in open(D + "/pids").read().split()]
@@ -111,29 +109,42 @@ def wait_for(count, timeout):
     while len(fires()) < count and time.time() < end:
         time.sleep(0.05)
 
+def top_statements(limit=5, other=False):
+    # The most called statements of delayq's schema since the last reset: [calls, query start];
+    # other=True: the others (BEGIN, COMMIT, pool checks...), which the statement counts leave out.
+    where = "NOT LIKE '%delayq%'" if other else "LIKE '%delayq%'"
+    rows = psql("SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) FROM pg_stat_statements "
+                "WHERE query " + where + " AND query NOT LIKE '%pg_stat_%' ORDER BY calls DESC LIMIT " + str(limit))
+    return [r.split("|", 1) for r in rows.splitlines()]
+
 def pct(values, q):
     values = sorted(values)
     return values[min(len(values) - 1, int(q * (len(values) - 1)))]
 
 fired_before = 0
 if "burst" in SCENARIOS:
-    due = int(time.time() * 1000) + 30000
+    t_load = time.time()
+    due = int(t_load * 1000) + LEAD_S * 1000
     load("burst", ['{"id":"t-%07d","due_ms":%d,"payload":"%s"}\n' % (i, due, "p" * 50) for i in range(N)])
+    load_s = round(time.time() - t_load, 1)
     if time.time() * 1000 > due - 500:
-        print(json.dumps({"error": "the load took too long: the due instant passed"}))
+        print(json.dumps({"error": "the load took too long: the due instant passed"}), flush=True)
     while time.time() * 1000 < due - 50:
         time.sleep(0.01)
+    psql("SELECT pg_stat_statements_reset()")
     n0, c0, (x0, s0) = node_cpu(), postgres_cpu(), counters()
     wait_for(N, 300)
     n1, c1, (x1, s1) = node_cpu(), postgres_cpu(), counters()
+    top, other = top_statements(), top_statements(other=True)
     burst = [f for f in fires() if f["queue"] == "burst"]
     last = max(f["fired_ms"] for f in burst)
     print(json.dumps({"scenario": "burst", "tasks": N, "deliveries": len(burst),
-                      "tasks_per_s": round(N / ((last - due) / 1000)), "drain_ms": last - due,
+                      "tasks_per_s": round(N / ((last - due) / 1000)), "drain_ms": last - due, "load_s": load_s,
                       "node_cpu_us_per_task": round((n1 - n0) * 1e6 / N, 1),
                       "postgres_cpu_us_per_task": round((c1 - c0) * 1e6 / N, 1),
                       "statements_per_task": round((s1 - s0) / N, 3),
-                      "transactions_per_task": round((x1 - x0) / N, 3)}), flush=True)
+                      "transactions_per_task": round((x1 - x0) / N, 3), "top_statements": top,
+                      "other_statements": other}), flush=True)
     fired_before = len(fires())
 
 if "spread" in SCENARIOS:
@@ -159,6 +170,7 @@ if "idle" in SCENARIOS:
         load(f"idle-{q:02d}", ['{"id":"far","due_ms":%d}\n' % far])
     # Let the partitions go idle (one idle period and a half at the default 30 s).
     time.sleep(50)
+    psql("SELECT pg_stat_statements_reset()")
     n0, c0, (x0, s0), t0 = node_cpu(), postgres_cpu(), counters(), time.time()
     time.sleep(IDLE_S)
     n1, c1, (x1, s1), t1 = node_cpu(), postgres_cpu(), counters(), time.time()
@@ -167,8 +179,9 @@ if "idle" in SCENARIOS:
                       "seconds": round(seconds), "transactions_per_s": round((x1 - x0) / seconds, 1),
                       "statements_per_s": round((s1 - s0) / seconds, 1),
                       "node_cpu_pct": round((n1 - n0) * 100 / seconds, 2),
-                      "postgres_cpu_pct": round((c1 - c0) * 100 / seconds, 2)}), flush=True)
+                      "postgres_cpu_pct": round((c1 - c0) * 100 / seconds, 2),
+                      "top_statements": top_statements(),
+                      "other_statements": top_statements(other=True)}), flush=True)
 PY
 kill $(cat "$D/pids") 2>/dev/null || true; sleep 1
-"${AS[@]}" "$PG_BIN/pg_ctl" -D "$D/data" -m immediate stop >/dev/null 2>&1 || true
-if [ -n "${KEEP:-}" ]; then echo "kept $D" >&2; else rm -rf "$D"; fi
+pg_private_stop
