@@ -155,29 +155,34 @@ impl RecurringStore for PostgresStore {
             .run("recurring_due", move |client| {
                 let schema = schema.clone();
                 Box::pin(async move {
-                    let due = client
-                        .query(
-                            &schema.substitute(
-                                "SELECT name, record, last_tick_ms, last_fired_ms FROM {schema}.recurring \
-                                 WHERE shard = $1 AND next_ms IS NOT NULL AND next_ms <= $2 \
-                                 ORDER BY next_ms, name LIMIT $3",
-                            ),
-                            &[&shard, &until, &limit],
-                        )
+                    // One statement (a shard's look runs every pull period on each shard):
+                    // the due schedules, each beside the shard's next due after `until` and
+                    // its schedule count; one row of those two alone when nothing is due.
+                    let statement = client
+                        .prepare_cached(&schema.substitute(
+                            "WITH due AS (SELECT name, record, last_tick_ms, last_fired_ms, next_ms \
+                             FROM {schema}.recurring WHERE shard = $1 AND next_ms IS NOT NULL \
+                             AND next_ms <= $2 ORDER BY next_ms, name LIMIT $3), \
+                             shard AS (SELECT (SELECT min(next_ms) FROM {schema}.recurring \
+                             WHERE shard = $1 AND next_ms > $2) AS next_ms, \
+                             (SELECT count(*) FROM {schema}.recurring WHERE shard = $1) AS schedules) \
+                             SELECT due.name, due.record, due.last_tick_ms, due.last_fired_ms, \
+                             shard.next_ms, shard.schedules FROM shard LEFT JOIN due ON true \
+                             ORDER BY due.next_ms, due.name",
+                        ))
                         .await?;
-                    let row = client
-                        .query_one(
-                            &schema.substitute(
-                                "SELECT (SELECT min(next_ms) FROM {schema}.recurring WHERE shard = $1 \
-                                 AND next_ms > $2), (SELECT count(*) FROM {schema}.recurring WHERE shard = $1)",
-                            ),
-                            &[&shard, &until],
-                        )
-                        .await?;
+                    let rows = client.query(&statement, &[&shard, &until, &limit]).await?;
+                    let first = rows.first();
                     Ok(ShardLook {
-                        due: due.iter().map(stored).collect(),
-                        next_ms: row.get::<_, Option<i64>>(0).map(from_db),
-                        schedules: from_db(row.get(1)),
+                        due: rows
+                            .iter()
+                            .filter(|row| row.get::<_, Option<String>>(0).is_some())
+                            .map(stored)
+                            .collect(),
+                        next_ms: first
+                            .and_then(|row| row.get::<_, Option<i64>>(4))
+                            .map(from_db),
+                        schedules: first.map_or(0, |row| from_db(row.get(5))),
                     })
                 })
             })
