@@ -383,10 +383,35 @@ impl TaskStore for PostgresStore {
         to_ms: u64,
         limit: usize,
     ) -> StorageResult<Vec<(TaskId, u64)>> {
-        self.in_partition("peek_window", partition, move |part| {
-            Box::pin(async move { part.peek_window(from_ms, to_ms, limit).await })
-        })
-        .await
+        // A plain read, without the partition's lock (as Redis's ZRANGEBYSCORE): an idle
+        // partition's light look is this one statement, and it writes nothing (a row lock
+        // would dirty the partition's row, and WAL, on every look).
+        let sql = self.inner.sql.clone();
+        let queue = partition.queue.as_str().to_owned();
+        let idx = i32::try_from(partition.index).unwrap_or(i32::MAX);
+        let params = (to_db(from_ms), to_db(to_ms), to_db(limit));
+        let rows = self
+            .inner
+            .database
+            .run("peek_window", move |client| {
+                let sql = sql.clone();
+                let queue = queue.clone();
+                Box::pin(async move {
+                    let statement = client.prepare_cached(&sql.window).await?;
+                    client
+                        .query(&statement, &[&queue, &idx, &params.0, &params.1, &params.2])
+                        .await
+                })
+            })
+            .await
+            .map_err(|error| from_layer("peek_window", error))?;
+        Ok(rows
+            .iter()
+            .filter_map(|row| {
+                let id = TaskId::new(row.get::<_, &str>(0)).ok()?;
+                Some((id, from_db(row.get(1))))
+            })
+            .collect())
     }
 
     async fn look(
