@@ -13,7 +13,9 @@
 //! for the caller; keep the transaction short. Two transactions that schedule to the same
 //! two partitions in opposite orders can deadlock (PostgreSQL aborts one with SQLSTATE
 //! 40P01); as for any deadlock, the application retries its transaction. The
-//! `delayq_scheduled_total` counter does not count these schedules (they may roll back).
+//! `delayq_scheduled_total` counter does not count these schedules (they may roll back). A
+//! queue's first schedule records its partition count outside the transaction (as any
+//! schedule does); that record stays after a rollback, and is all that does.
 
 use delayq_coordinator::{PostgresCoordinator, Wakeup};
 use delayq_postgres::tokio_postgres::Transaction;
