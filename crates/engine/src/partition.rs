@@ -13,7 +13,10 @@
 //! something. An idle look is light: one plain read of the earliest pending due (nothing is
 //! in flight in an idle partition, so there is nothing to sweep); every [`FULL_LOOK_EVERY`]th
 //! is a full look (`look.lua`: sweep, pruning, window). So an idle cluster costs Redis about
-//! one command per partition per idle period.
+//! one command per partition per idle period. On PostgreSQL, where a statement is a
+//! transaction, the light looks of a node share one statement that reads the heads of all its
+//! idle partitions at most every `HEAD_VIEW_MAX_AGE` (5 s; `TaskStore::pending_head`), so the
+//! bound below grows by that much there.
 //!
 //! Bounds that follow: a task scheduled by another node into an idle partition is announced
 //! by a wake-up (producers announce every task due within `idle_pull_period` +
@@ -28,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq_storage::{ClaimBatch, LookRequest, Partition, MAX_DUE_MS};
+use delayq_storage::{ClaimBatch, LookRequest, Partition};
 use rand::Rng;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -211,7 +214,14 @@ impl Serving {
     /// idle looks, when a light look finds something within the window, and while busy.
     async fn look(&mut self) {
         let idle = self.quiet_looks >= LOOKS_BEFORE_IDLE;
-        if idle && self.idle_looks % FULL_LOOK_EVERY != 0 && self.light_look().await {
+        // A look that a wake-up asked for ([`PartitionWorker::expect`]) is full at once: a
+        // task is known to be coming, and a light look may answer from a view a few seconds
+        // old (`TaskStore::pending_head`).
+        let look_by = self.worker.look_by_ms.load(Ordering::Acquire);
+        let soon = (self.runtime.clock.now_ms())
+            .saturating_add(self.runtime.config.engine.pull_period.as_millis() as u64);
+        let expected = look_by <= soon;
+        if idle && !expected && self.idle_looks % FULL_LOOK_EVERY != 0 && self.light_look().await {
             return;
         }
         self.full_look().await;
@@ -225,17 +235,13 @@ impl Serving {
         let now = runtime.clock.now_ms();
         let window = engine.prefetch_window.as_millis() as u64;
         self.worker.look_by_ms.store(u64::MAX, Ordering::Release);
-        let head = match runtime
-            .store
-            .peek_window(&self.partition, 0, MAX_DUE_MS, 1)
-            .await
-        {
+        let head = match runtime.store.pending_head(&self.partition).await {
             Ok(head) => {
                 runtime.health.ok();
-                head.first().map(|(_, due)| *due)
+                head
             }
             Err(error) => {
-                runtime.health.failed("peek_window", &error);
+                runtime.health.failed("pending_head", &error);
                 self.plan_next_look(engine.pull_period);
                 return true;
             }

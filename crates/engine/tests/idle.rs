@@ -159,6 +159,11 @@ async fn idle_looks_back_off_and_come_back_on_a_wakeup_on_redis() {
     looks_back_off_and_come_back_on_a_wakeup(TestBackend::redis()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_looks_back_off_and_come_back_on_a_wakeup_on_postgres() {
+    looks_back_off_and_come_back_on_a_wakeup(TestBackend::postgres()).await;
+}
+
 /// A task written straight to the store (as if its wake-up were lost) into an idle
 /// partition fires at its owner's next idle look: within 1.5 × `idle_pull_period` (+ one
 /// pull period) of its due, never before it.
@@ -171,8 +176,19 @@ async fn a_lost_wakeup_is_caught_by_the_next_idle_look(backend: TestBackend) {
     let owner = node(&backend, &config, &store, &recorder).await;
     quiet_queue(&owner, &store).await;
     let due = owner.now_ms() + 200;
-    write_behind_the_engine(&store, "unannounced", due).await;
-    let bound = IDLE.mul_f64(1.5) + Duration::from_millis(100);
+    // Through a store of its own, as another node would write: the owner's store learns
+    // nothing of the write.
+    let elsewhere = backend
+        .recording_store(&config, StoreOptions::default())
+        .await;
+    write_behind_the_engine(&elsewhere, "unannounced", due).await;
+    // On PostgreSQL the light looks answer from a view of the partitions' heads up to
+    // `HEAD_VIEW_MAX_AGE` old.
+    let view_age = match backend {
+        TestBackend::Postgres(_) => delayq_storage::HEAD_VIEW_MAX_AGE,
+        _ => Duration::ZERO,
+    };
+    let bound = IDLE.mul_f64(1.5) + view_age + Duration::from_millis(100);
     wait_until(
         bound + Duration::from_secs(2),
         "the unannounced task fired",
@@ -195,6 +211,11 @@ async fn a_lost_wakeup_is_caught_by_the_next_idle_look_on_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_wakeup_is_caught_by_the_next_idle_look_on_redis() {
     a_lost_wakeup_is_caught_by_the_next_idle_look(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_wakeup_is_caught_by_the_next_idle_look_on_postgres() {
+    a_lost_wakeup_is_caught_by_the_next_idle_look(TestBackend::postgres()).await;
 }
 
 /// A task scheduled long ago is prefetched in time although its partition is idle: the idle

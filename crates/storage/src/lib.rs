@@ -46,7 +46,7 @@ pub use error::{StorageError, StorageResult};
 pub use hash::{partition_of, stable_hash};
 pub use memory::MemoryStore;
 pub use model::*;
-pub use postgres::{PostgresStore, PostgresStoreOptions};
+pub use postgres::{PostgresStore, PostgresStoreOptions, HEAD_VIEW_MAX_AGE};
 pub use recurring::{
     recurring_shard, RecurringStore, ShardLook, StoredSchedule, TickOutcome, RECURRING_SHARDS,
 };

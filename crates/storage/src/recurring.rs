@@ -111,6 +111,23 @@ pub trait RecurringStore: Send + Sync + 'static {
         limit: usize,
     ) -> StorageResult<ShardLook>;
 
+    /// [`recurring_due`](Self::recurring_due) of each of `shards`, in their order: the
+    /// driver's look at every shard it owns. The default asks shard by shard; a backend may
+    /// answer in fewer calls (the PostgreSQL backend reads every shard's summary in one
+    /// statement and the due schedules only of shards that have some).
+    async fn recurring_due_many(
+        &self,
+        shards: &[u32],
+        until_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<ShardLook>> {
+        let mut looks = Vec::with_capacity(shards.len());
+        for &shard in shards {
+            looks.push(self.recurring_due(shard, until_ms, limit).await?);
+        }
+        Ok(looks)
+    }
+
     /// Records that the tick `tick_ms` of `name` was handed to a handler at `fired_ms`, if the
     /// schedule exists (a task id that merely looks like a tick changes nothing).
     async fn recurring_fired(&self, name: &str, tick_ms: u64, fired_ms: u64) -> StorageResult<()>;

@@ -138,6 +138,22 @@ pub trait TaskStore: RecurringStore + Send + Sync + 'static {
         limit: usize,
     ) -> StorageResult<Vec<(TaskId, u64)>>;
 
+    /// The earliest due of a pending task of `partition` (`None`: nothing pending): an idle
+    /// partition's light look. Reads only.
+    ///
+    /// A backend may answer from a view of many partitions read together, up to a few
+    /// seconds old, so that an idle fleet does not pay one statement per partition per look
+    /// (the PostgreSQL backend does, see
+    /// [`HEAD_VIEW_MAX_AGE`](crate::HEAD_VIEW_MAX_AGE)); the engine uses the answer
+    /// only to plan the next look, and wake-ups announce new tasks either way. The default
+    /// reads [`peek_window`](TaskStore::peek_window) at once.
+    async fn pending_head(&self, partition: &Partition) -> StorageResult<Option<u64>> {
+        let head = self
+            .peek_window(partition, 0, crate::model::MAX_DUE_MS, 1)
+            .await?;
+        Ok(head.first().map(|(_, due)| *due))
+    }
+
     /// The owner's look at `partition`: puts back up to `requeue_limit` expired leases (as
     /// [`requeue_expired`](TaskStore::requeue_expired)), forgets old completed records when
     /// asked (as [`prune_done`](TaskStore::prune_done)), and reads the pending tasks of the

@@ -121,3 +121,94 @@ async fn concurrent_acks_share_transactions() {
         "{transactions:.3} transactions per task"
     );
 }
+
+/// Every statement the stores ran so far (the harness's psql runs as `postgres`).
+fn head_reads(server: &PostgresServer) -> f64 {
+    counter(
+        server,
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_roles r \
+         ON r.oid = s.userid WHERE r.rolname = 'delayq'",
+    )
+}
+
+/// The light looks of an idle node: 64 partitions asked for their head, again and again,
+/// cost one statement per `HEAD_VIEW_MAX_AGE`, not one per look; a write by another store
+/// (another node) is seen once the view is that old, one through this store at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn light_looks_of_many_partitions_share_one_statement() {
+    use delayq_storage::HEAD_VIEW_MAX_AGE;
+    let server = PostgresServer::start();
+    let url = server.url();
+    let store = PostgresStore::connect(PostgresStoreOptions::new(url.clone()))
+        .await
+        .expect("connect");
+    let other_node = PostgresStore::connect(PostgresStoreOptions::new(url))
+        .await
+        .expect("connect");
+    let queue = QueueName::new("idle").expect("valid queue");
+    store.register_queue(&queue, 64).await.expect("register");
+    let partitions: Vec<Partition> = (0..64).map(|n| Partition::new(queue.clone(), n)).collect();
+    let task = |name: &str, due_ms| NewTask {
+        id: TaskId::new(name).expect("valid id"),
+        due_ms,
+        payload: Default::default(),
+        traceparent: None,
+    };
+    for (n, partition) in partitions.iter().enumerate().step_by(3) {
+        store
+            .schedule(partition, task("far", T0 + n as u64), ScheduleMode::Upsert)
+            .await
+            .expect("schedule");
+    }
+    let truth = |n: usize| (n % 3 == 0).then(|| T0 + n as u64);
+    // The first round learns which partitions are asked about.
+    for partition in &partitions {
+        store.pending_head(partition).await.expect("head");
+    }
+    let before = head_reads(&server);
+    let started = std::time::Instant::now();
+    for _round in 0..5 {
+        for (n, partition) in partitions.iter().enumerate() {
+            assert_eq!(store.pending_head(partition).await.expect("head"), truth(n));
+        }
+    }
+    let reads = head_reads(&server) - before;
+    let bound = 1.0 + (started.elapsed().as_secs_f64() / HEAD_VIEW_MAX_AGE.as_secs_f64()).ceil();
+    assert!(
+        reads <= bound,
+        "{reads} head reads for 320 light looks in {:?}",
+        started.elapsed()
+    );
+
+    // Another node's write into partition 1 (no head before): seen within the view's age.
+    other_node
+        .schedule(&partitions[1], task("new", T0 + 1), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    let written = std::time::Instant::now();
+    loop {
+        match store.pending_head(&partitions[1]).await.expect("head") {
+            Some(due) => {
+                assert_eq!(due, T0 + 1);
+                break;
+            }
+            None => {
+                assert!(
+                    written.elapsed() < HEAD_VIEW_MAX_AGE + std::time::Duration::from_secs(2),
+                    "another node's task unseen after {:?}",
+                    written.elapsed()
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+    // This store's own write into partition 2 is seen at once.
+    store
+        .schedule(&partitions[2], task("own", T0 + 2), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    assert_eq!(
+        store.pending_head(&partitions[2]).await.expect("head"),
+        Some(T0 + 2)
+    );
+}

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use delayq_coordinator::{Membership, NodeId};
 use delayq_storage::{
-    partition_of, NewTask, Partition, StoredSchedule, TaskId, TaskState, TickOutcome,
+    partition_of, NewTask, Partition, ShardLook, StoredSchedule, TaskId, TaskState, TickOutcome,
     RECURRING_SHARDS,
 };
 use tokio::sync::watch;
@@ -109,20 +109,27 @@ pub(crate) async fn run_driver(scheduler: Scheduler, mut membership: watch::Rece
         if full {
             next_full_look = now + pull_period;
         }
-        for &shard in &shards {
-            let due = looks.get(&shard).is_none_or(|&(wake_at, _)| wake_at <= now);
-            if !(full || due) {
-                continue;
-            }
-            let count = looks.get(&shard).map_or(0, |&(_, count)| count);
-            let look = match drive_shard(&scheduler, shard).await {
-                Ok((wake_at, count)) => (wake_at.unwrap_or(u64::MAX), count),
-                Err(error) => {
-                    tracing::warn!(shard, %error, "driving recurring schedules failed; trying again");
-                    (scheduler.now_ms() + 200, count)
+        let looked: Vec<u32> = shards
+            .iter()
+            .copied()
+            .filter(|shard| full || looks.get(shard).is_none_or(|&(wake_at, _)| wake_at <= now))
+            .collect();
+        if !looked.is_empty() {
+            match drive_shards(&scheduler, &looked).await {
+                Ok(driven) => {
+                    for (shard, (wake_at, count)) in looked.iter().zip(driven) {
+                        looks.insert(*shard, (wake_at.unwrap_or(u64::MAX), count));
+                    }
                 }
-            };
-            looks.insert(shard, look);
+                Err(error) => {
+                    tracing::warn!(shards = ?looked, %error, "driving recurring schedules failed; trying again");
+                    let retry_at = scheduler.now_ms() + 200;
+                    for shard in looked {
+                        let count = looks.get(&shard).map_or(0, |&(_, count)| count);
+                        looks.insert(shard, (retry_at, count));
+                    }
+                }
+            }
         }
         let schedules: u64 = looks.values().map(|&(_, count)| count).sum();
         metrics::gauge!("delayq_recurring_schedules").set(schedules as f64);
@@ -149,30 +156,56 @@ fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     }
 }
 
-/// Steps every due schedule of `shard`; returns when to look at it again and its schedule
-/// count.
-async fn drive_shard(scheduler: &Scheduler, shard: u32) -> EngineResult<(Option<u64>, u64)> {
-    let store = scheduler.runtime.store.clone();
-    loop {
-        let until = scheduler.now_ms() + TICK_LEAD.as_millis() as u64;
-        let look = store.recurring_due(shard, until, DUE_LIMIT).await?;
-        let lead = TICK_LEAD.as_millis() as u64;
-        let mut wake_at = look.next_ms.map(|next| next.saturating_sub(lead));
-        let full = look.due.len() >= DUE_LIMIT;
-        for stored in look.due {
-            let name = stored.name.clone();
-            match step_schedule(scheduler, stored).await {
-                Ok(step_wake_at) => wake_at = earliest(wake_at, step_wake_at),
-                Err(error) => {
-                    tracing::warn!(schedule = %name, %error, "a recurring schedule's step failed; it is retried");
-                    wake_at = earliest(wake_at, Some(scheduler.now_ms() + 200));
-                }
+/// Steps every due schedule of each of `shards`, looking at all of them with one store call
+/// ([`RecurringStore::recurring_due_many`](delayq_storage::RecurringStore::recurring_due_many));
+/// returns, per shard in order, when to look at it again and its schedule count.
+async fn drive_shards(
+    scheduler: &Scheduler,
+    shards: &[u32],
+) -> EngineResult<Vec<(Option<u64>, u64)>> {
+    let until = scheduler.now_ms() + TICK_LEAD.as_millis() as u64;
+    let looks = scheduler
+        .runtime
+        .store
+        .recurring_due_many(shards, until, DUE_LIMIT)
+        .await?;
+    let mut driven = Vec::with_capacity(shards.len());
+    for (&shard, mut look) in shards.iter().zip(looks) {
+        let mut wake_at = None;
+        loop {
+            let full = look.due.len() >= DUE_LIMIT;
+            wake_at = earliest(wake_at, step_look(scheduler, &look).await);
+            if !full {
+                break;
+            }
+            // More were due than one look returns: read the shard again.
+            let until = scheduler.now_ms() + TICK_LEAD.as_millis() as u64;
+            look = scheduler
+                .runtime
+                .store
+                .recurring_due(shard, until, DUE_LIMIT)
+                .await?;
+        }
+        driven.push((wake_at, look.schedules));
+    }
+    Ok(driven)
+}
+
+/// Steps the due schedules of one look at a shard; returns when to look at the shard again
+/// (the earliest of its next tick and each stepped schedule's, each minus its lead).
+async fn step_look(scheduler: &Scheduler, look: &ShardLook) -> Option<u64> {
+    let lead = TICK_LEAD.as_millis() as u64;
+    let mut wake_at = look.next_ms.map(|next| next.saturating_sub(lead));
+    for stored in &look.due {
+        match step_schedule(scheduler, stored.clone()).await {
+            Ok(step_wake_at) => wake_at = earliest(wake_at, step_wake_at),
+            Err(error) => {
+                tracing::warn!(schedule = %stored.name, %error, "a recurring schedule's step failed; it is retried");
+                wake_at = earliest(wake_at, Some(scheduler.now_ms() + 200));
             }
         }
-        if !full {
-            return Ok((wake_at, look.schedules));
-        }
     }
+    wake_at
 }
 
 /// What one step decided.

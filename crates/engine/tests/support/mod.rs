@@ -448,6 +448,14 @@ impl RecurringStore for RecordingStore {
     ) -> StorageResult<ShardLook> {
         self.inner.recurring_due(shard, until_ms, limit).await
     }
+    async fn recurring_due_many(
+        &self,
+        shards: &[u32],
+        until_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<ShardLook>> {
+        self.inner.recurring_due_many(shards, until_ms, limit).await
+    }
     async fn recurring_fired(&self, name: &str, tick_ms: u64, fired_ms: u64) -> StorageResult<()> {
         self.inner.recurring_fired(name, tick_ms, fired_ms).await
     }
@@ -598,6 +606,9 @@ impl TaskStore for RecordingStore {
         self.inner
             .peek_window(partition, from_ms, to_ms, limit)
             .await
+    }
+    async fn pending_head(&self, partition: &Partition) -> StorageResult<Option<u64>> {
+        self.inner.pending_head(partition).await
     }
     async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
         self.inner.ack(token).await

@@ -25,6 +25,7 @@
 //! `max(previous + 1, clock in µs)`, so they never repeat, not even after a queue is deleted.
 //! Claims and lease sweeps judge by `min(now_ms, database clock)` (guarantee 9).
 
+mod heads;
 mod in_tx;
 mod partition;
 mod recurring;
@@ -38,6 +39,8 @@ use delayq_postgres::{Database, Migrator, PostgresConfig};
 use crate::error::{StorageError, StorageResult};
 use crate::model::{AckOutcome, LeaseToken, Partition, StoreOptions};
 use crate::redis::batch::Batcher;
+
+pub use heads::HEAD_VIEW_MAX_AGE;
 
 /// How to reach the database and the store's limits.
 #[derive(Clone, Debug)]
@@ -72,6 +75,8 @@ struct Inner {
     sql: Arc<sql::Sql>,
     /// Concurrent acks of one partition, sent as one transaction (group commit).
     acks: Batcher<Partition, LeaseToken, AckOutcome>,
+    /// The earliest pending due of the partitions idle looks ask about (one read for all).
+    heads: heads::HeadView,
 }
 
 impl std::fmt::Debug for Inner {
@@ -105,6 +110,7 @@ impl PostgresStore {
                 options,
                 sql,
                 acks: Batcher::default(),
+                heads: heads::HeadView::default(),
             }),
         }
     }

@@ -190,6 +190,68 @@ impl RecurringStore for PostgresStore {
             .map_err(|error| from_layer("recurring_due", error))
     }
 
+    async fn recurring_due_many(
+        &self,
+        shards: &[u32],
+        until_ms: u64,
+        limit: usize,
+    ) -> StorageResult<Vec<ShardLook>> {
+        if let Some(&shard) = shards.iter().find(|&&shard| shard >= RECURRING_SHARDS) {
+            return Err(StorageError::Backend {
+                operation: "recurring_due",
+                message: format!("no recurring shard {shard} (there are {RECURRING_SHARDS})"),
+            });
+        }
+        // One statement for every shard (the driver looks at all of its shards every pull
+        // period): each shard's schedule count, next tick after `until` and whether anything
+        // is due; the due schedules are then read only from shards that have some.
+        let schema = self.inner.database.schema().clone();
+        let wanted: Vec<i32> = shards
+            .iter()
+            .map(|&shard| i32::try_from(shard).unwrap_or(0))
+            .collect();
+        let until = to_db(until_ms);
+        let rows = self
+            .inner
+            .database
+            .run("recurring_due", move |client| {
+                let schema = schema.clone();
+                let wanted = wanted.clone();
+                Box::pin(async move {
+                    let statement = client
+                        .prepare_cached(&schema.substitute(
+                            "SELECT shard, count(*), min(next_ms) FILTER (WHERE next_ms > $2), \
+                             coalesce(bool_or(next_ms <= $2), false) \
+                             FROM {schema}.recurring WHERE shard = ANY($1) GROUP BY shard",
+                        ))
+                        .await?;
+                    client.query(&statement, &[&wanted, &until]).await
+                })
+            })
+            .await
+            .map_err(|error| from_layer("recurring_due", error))?;
+        let mut summaries = std::collections::HashMap::new();
+        for row in &rows {
+            let shard = u32::try_from(row.get::<_, i32>(0)).unwrap_or(u32::MAX);
+            let schedules = from_db(row.get(1));
+            let next_ms = row.get::<_, Option<i64>>(2).map(from_db);
+            summaries.insert(shard, (schedules, next_ms, row.get::<_, bool>(3)));
+        }
+        let mut looks = Vec::with_capacity(shards.len());
+        for shard in shards {
+            looks.push(match summaries.get(shard) {
+                Some(&(_, _, true)) => self.recurring_due(*shard, until_ms, limit).await?,
+                Some(&(schedules, next_ms, false)) => ShardLook {
+                    due: Vec::new(),
+                    next_ms,
+                    schedules,
+                },
+                None => ShardLook::default(),
+            });
+        }
+        Ok(looks)
+    }
+
     async fn recurring_fired(&self, name: &str, tick_ms: u64, fired_ms: u64) -> StorageResult<()> {
         let schema = self.inner.database.schema().clone();
         let name = name.to_owned();

@@ -70,6 +70,9 @@ pub(crate) struct Sql {
     pub next_due: String,
     /// The earliest pending time after `$3`.
     pub next_due_after: String,
+    /// The earliest pending time of each partition `($1[i], $2[i])`: `(i, min)` rows, `i`
+    /// from 1, one index probe each.
+    pub pending_heads: String,
     /// Pending `(id, at_ms)` with `$3 <= at_ms <= $4`, up to `$5`, in order.
     pub window: String,
     /// The earliest lease deadline in flight (tasks and superseded claims).
@@ -214,6 +217,11 @@ impl Sql {
             next_due_after: s(
                 "SELECT min(at_ms) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
                  AND state = 'pending' AND at_ms > $3",
+            ),
+            pending_heads: s(
+                "SELECT p.ordinal, (SELECT min(at_ms) FROM {schema}.tasks t \
+                 WHERE t.queue = p.queue AND t.idx = p.idx AND t.state = 'pending') \
+                 FROM unnest($1::text[], $2::integer[]) WITH ORDINALITY AS p(queue, idx, ordinal)",
             ),
             window: s(
                 "SELECT id, at_ms FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \

@@ -63,8 +63,10 @@ impl PostgresStore {
             + 'static,
     {
         let sql = self.inner.sql.clone();
+        let written = partition;
         let partition = partition.clone();
-        self.inner
+        let outcome = self
+            .inner
             .database
             .transaction(operation, move |tx| {
                 let work = work.clone();
@@ -82,7 +84,10 @@ impl PostgresStore {
                 })
             })
             .await
-            .map_err(|error| from_layer(operation, error))?
+            .map_err(|error| from_layer(operation, error));
+        // Whatever the transaction did, the light looks' view of this partition may be stale.
+        self.inner.heads.forget(written);
+        outcome?
     }
 
     /// Runs `work` in a transaction of its own (for what spans no partition).
@@ -412,6 +417,10 @@ impl TaskStore for PostgresStore {
                 Some((id, from_db(row.get(1))))
             })
             .collect())
+    }
+
+    async fn pending_head(&self, partition: &Partition) -> StorageResult<Option<u64>> {
+        self.inner.heads.head(self, partition).await
     }
 
     async fn look(

@@ -110,3 +110,35 @@ pub async fn look_prunes_completed_records_only_when_asked(make: Make) {
     assert_eq!(pruned.pruned, 1);
     assert_eq!(store.get(&p, &id("a")).await.expect("get"), None);
 }
+
+pub async fn pending_head_is_the_earliest_pending_due_after_each_write(make: Make) {
+    let (store, p) = setup(make).await;
+    let other = register(&store, "other-queue", 4).await;
+    assert_eq!(store.pending_head(&p).await.expect("head"), None);
+    assert_eq!(store.pending_head(&other).await.expect("head"), None);
+    schedule(&store, &p, "later", T0 + 500).await;
+    assert_eq!(store.pending_head(&p).await.expect("head"), Some(T0 + 500));
+    assert_eq!(
+        store.pending_head(&other).await.expect("head"),
+        None,
+        "another partition's task is not this one's head"
+    );
+    schedule(&store, &p, "sooner", T0 - 10).await;
+    assert_eq!(store.pending_head(&p).await.expect("head"), Some(T0 - 10));
+    let claimed = store
+        .claim_due(&p, T0, 10, T0 + 5_000, "node-a")
+        .await
+        .expect("claim");
+    assert_eq!(ids(&claimed.tasks), ["sooner"]);
+    assert_eq!(
+        store.pending_head(&p).await.expect("head"),
+        Some(T0 + 500),
+        "a task in flight is not pending"
+    );
+    assert!(store
+        .cancel(&p, &id("later"))
+        .await
+        .expect("cancel")
+        .cancelled());
+    assert_eq!(store.pending_head(&p).await.expect("head"), None);
+}

@@ -366,6 +366,7 @@ macro_rules! conformance_suite {
                 look_at_an_empty_partition_reports_nothing,
                 look_requeues_expired_leases_and_reports_the_earliest_lease_left,
                 look_prunes_completed_records_only_when_asked,
+                pending_head_is_the_earliest_pending_due_after_each_write,
             ],
             lease: [
                 ack_completes_and_keeps_a_done_record_without_payload,
@@ -457,6 +458,7 @@ macro_rules! conformance_suite {
                 create_tick_checks_the_payload_before_writing,
                 concurrent_tick_creations_create_it_once,
                 concurrent_swaps_from_one_record_let_exactly_one_win,
+                due_many_answers_each_shard_as_its_own_look_would,
             ],
             traces: [
                 a_traceparent_comes_back_with_each_claim_of_its_task,

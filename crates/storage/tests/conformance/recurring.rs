@@ -358,3 +358,50 @@ pub async fn concurrent_swaps_from_one_record_let_exactly_one_win(make: Make) {
         .expect("exists");
     assert_eq!(stored.record, winners[0]);
 }
+
+pub async fn due_many_answers_each_shard_as_its_own_look_would(make: Make) {
+    let (store, _) = setup(make).await;
+    // Shard 1: two due, one later; shard 3: one later only; shard 7: paused only; shard 0
+    // and 12: nothing.
+    let plan: [(u32, usize, Option<u64>); 5] = [
+        (1, 0, Some(T0 + 100)),
+        (1, 1, Some(T0 + 50)),
+        (1, 2, Some(T0 + 9_000)),
+        (3, 0, Some(T0 + 7_000)),
+        (7, 0, None),
+    ];
+    for (shard, index, next) in plan {
+        let name = name_in_shard(shard, index);
+        assert!(store
+            .recurring_swap(&name, None, Some(&format!("record of {name}")), next)
+            .await
+            .expect("create"));
+    }
+    let shards = [0, 1, 3, 7, 12];
+    for limit in [1, 100] {
+        let many = store
+            .recurring_due_many(&shards, T0 + 100, limit)
+            .await
+            .expect("due many");
+        assert_eq!(many.len(), shards.len(), "one look per shard, in order");
+        for (shard, look) in shards.iter().zip(&many) {
+            let alone = store
+                .recurring_due(*shard, T0 + 100, limit)
+                .await
+                .expect("due");
+            assert_eq!(look, &alone, "shard {shard}, limit {limit}");
+        }
+    }
+    let many = store
+        .recurring_due_many(&shards, T0 + 100, 100)
+        .await
+        .expect("due many");
+    assert_eq!(many[1].due.len(), 2);
+    assert_eq!((many[2].next_ms, many[2].schedules), (Some(T0 + 7_000), 1));
+    assert_eq!((many[3].next_ms, many[3].schedules), (None, 1));
+    assert_eq!(many[0], delayq_storage::ShardLook::default());
+    assert!(store
+        .recurring_due_many(&[2, RECURRING_SHARDS], T0, 1)
+        .await
+        .is_err());
+}
