@@ -15,7 +15,9 @@
 #            due: transactions and statements per second over IDLE_S seconds, after the
 #            cluster settled
 # burst and idle also carry top_statements: delayq's 5 most called statements over the phase
-# (pg_stat_statements, reset at its start), and other_statements: the 5 most called others.
+# (pg_stat_statements, reset at its start: calls, rows, mean ms, text), and other_statements: the
+# 5 most called others; burst also connection_samples: what delayq's connections were doing
+# (pg_stat_activity state:wait event, summed over samples every 100 ms).
 # usage: postgres_nodes.sh BINARY PORT [N]
 # Environment: N_SPREAD (default 6000), SPREAD_S (60), IDLE_QUEUES (50), IDLE_S (60),
 # LEAD_S (90: the burst is due that long after its load starts; `schedule --from` of 100,000
@@ -123,9 +125,20 @@ def top_statements(limit=5, other=False):
     # The most called statements of delayq's schema since the last reset: [calls, query start];
     # other=True: the others (BEGIN, COMMIT, pool checks...), which the statement counts leave out.
     where = "NOT LIKE '%delayq%'" if other else "LIKE '%delayq%'"
-    rows = psql("SELECT calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) FROM pg_stat_statements "
+    rows = psql("SELECT calls, rows, round(mean_exec_time::numeric, 3), "
+                "left(regexp_replace(query, '\\s+', ' ', 'g'), 90) FROM pg_stat_statements "
                 "WHERE query " + where + " AND query NOT LIKE '%pg_stat_%' ORDER BY calls DESC LIMIT " + str(limit))
-    return [r.split("|", 1) for r in rows.splitlines()]
+    return [r.split("|", 3) for r in rows.splitlines()]
+
+def sample_waits(stop, samples):
+    # What delayq's connections are doing, every 100 ms: state and wait event.
+    while not stop.is_set():
+        for row in psql("SELECT state || ':' || coalesce(wait_event_type || '/' || wait_event, 'cpu'), "
+                        "count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() "
+                        "GROUP BY 1").splitlines():
+            key, count = row.rsplit("|", 1)
+            samples[key] = samples.get(key, 0) + int(count)
+        stop.wait(0.1)
 
 def pct(values, q):
     values = sorted(values)
@@ -143,7 +156,13 @@ if "burst" in SCENARIOS:
         time.sleep(0.01)
     psql("SELECT pg_stat_statements_reset()")
     n0, c0, (x0, s0) = node_cpu(), postgres_cpu(), counters()
+    import threading
+    stop, waits = threading.Event(), {}
+    sampler = threading.Thread(target=sample_waits, args=(stop, waits))
+    sampler.start()
     wait_for(N, 300)
+    stop.set()
+    sampler.join()
     n1, c1, (x1, s1) = node_cpu(), postgres_cpu(), counters()
     top, other = top_statements(), top_statements(other=True)
     burst = [f for f in fires() if f["queue"] == "burst"]
@@ -153,7 +172,9 @@ if "burst" in SCENARIOS:
                       "node_cpu_us_per_task": round((n1 - n0) * 1e6 / N, 1),
                       "postgres_cpu_us_per_task": round((c1 - c0) * 1e6 / N, 1),
                       "statements_per_task": round((s1 - s0) / N, 3),
-                      "transactions_per_task": round((x1 - x0) / N, 3), "top_statements": top,
+                      "transactions_per_task": round((x1 - x0) / N, 3),
+                      "connection_samples": dict(sorted(waits.items(), key=lambda kv: -kv[1])),
+                      "top_statements": top,
                       "other_statements": other}), flush=True)
     fired_before = len(fires())
 

@@ -268,6 +268,29 @@ impl Database {
         }
     }
 
+    /// Runs `work` once on a pooled connection: for one statement that must not be sent
+    /// twice (it is not idempotent and commits on its own, like a claim). A failure is
+    /// returned as it is; a transient one (a lost connection, a `statement_timeout`) means
+    /// the statement's outcome is unknown, and the caller finds out.
+    pub async fn run_once<T, F>(&self, operation: &'static str, work: F) -> Result<T>
+    where
+        T: Send,
+        F: for<'c> FnOnce(
+                &'c Object,
+            )
+                -> BoxFuture<'c, std::result::Result<T, tokio_postgres::Error>>
+            + Send,
+    {
+        let span = tracing::debug_span!("postgres", operation, attempt = 1);
+        async {
+            let client = self.client(operation).await?;
+            let result = work(&client).await;
+            self.finish(operation, client, result, 1)
+        }
+        .instrument(span)
+        .await
+    }
+
     /// Runs `work` in a transaction (read committed) on a pooled connection and commits it;
     /// on a transient failure (a serialization failure, a deadlock, a lost connection) the
     /// transaction is rolled back and `work` runs again in a new one. A connection lost

@@ -25,6 +25,7 @@
 //! `max(previous + 1, clock in µs)`, so they never repeat, not even after a queue is deleted.
 //! Claims and lease sweeps judge by `min(now_ms, database clock)` (guarantee 9).
 
+mod claim;
 mod heads;
 mod in_tx;
 mod partition;

@@ -74,7 +74,7 @@ impl TaskRow {
 
 /// A stored `traceparent` column; one that no longer parses (written by outside tooling) is
 /// dropped: the task fires without it.
-fn stored_traceparent(value: Option<&str>) -> Option<TraceParent> {
+pub(super) fn stored_traceparent(value: Option<&str>) -> Option<TraceParent> {
     TraceParent::parse(value?).ok()
 }
 
@@ -97,7 +97,7 @@ enum Lease {
 
 /// `NoSuchPartition` when the queue is registered with `registered` partitions, fewer than
 /// `partition` needs.
-fn beyond(partition: &Partition, registered: Option<i32>) -> Option<StorageError> {
+pub(super) fn beyond(partition: &Partition, registered: Option<i32>) -> Option<StorageError> {
     let partitions = u32::try_from(registered?).unwrap_or(0);
     (partition.index >= partitions).then(|| StorageError::NoSuchPartition {
         queue: partition.queue.to_string(),

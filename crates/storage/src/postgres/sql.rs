@@ -64,6 +64,15 @@ pub(crate) struct Sql {
     /// receipt and the partition's sequence, and returns the earliest pending time left: one
     /// statement. `$1, $2, $3 ids, $4 claims, $5 lease, $6 owner, $7 sequence`.
     pub mark_claimed: String,
+    /// A whole claim in one statement, committed on its own: locks the partition's row,
+    /// takes up to `$4` due pending tasks (at or before `$3` and the database clock) as long
+    /// as their payloads stay within `$5` bytes (at least one), moves them in flight with
+    /// lease `$6` and fresh claim numbers, forgets their superseded claims, and keeps the
+    /// receipt (owner `$7`) and the sequence. Returns one row per task (or one with no task):
+    /// registered partitions, paused, the earliest pending due left, then the task's id,
+    /// due_ms, attempt, generation, payload, traceparent, claim. No row: the partition's row
+    /// does not exist yet.
+    pub claim_at_once: String,
     /// The receipt: owner, lease, ids, claims.
     pub select_receipt: String,
     /// The earliest pending time.
@@ -205,6 +214,47 @@ impl Sql {
                  WHERE queue = $1 AND idx = $2 RETURNING 1) \
                  SELECT min(at_ms) FROM {schema}.tasks WHERE queue = $1 AND idx = $2 \
                  AND state = 'pending' AND id <> ALL($3)",
+            ),
+            // The gates on `p` are uncorrelated subqueries, evaluated once before the scan of
+            // the tasks: the partition's row is locked before any task is read, as in the
+            // claim's transaction. The statement's snapshot may predate the lock's release by
+            // the previous claimer; its tasks are re-checked when locked (the state has moved
+            // on), and what it made pending meanwhile waits for the next claim.
+            claim_at_once: s(
+                "WITH p AS MATERIALIZED (SELECT p.sequence, {now} AS now_ms, \
+                 (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us, \
+                 (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1) AS partitions, \
+                 EXISTS (SELECT 1 FROM {schema}.paused z WHERE z.queue = $1) AS paused \
+                 FROM {schema}.partitions p WHERE p.queue = $1 AND p.idx = $2 FOR UPDATE OF p), \
+                 due AS MATERIALIZED (SELECT t.id, t.at_ms, t.due_ms, t.attempt, t.generation, \
+                 t.payload, t.traceparent FROM {schema}.tasks t \
+                 WHERE (SELECT NOT p.paused AND (p.partitions IS NULL OR $2 < p.partitions) FROM p) \
+                 AND t.queue = $1 AND t.idx = $2 AND t.state = 'pending' \
+                 AND t.at_ms <= least($3::int8, (SELECT p.now_ms FROM p)) \
+                 AND t.id <> '' AND octet_length(t.id) <= 512 \
+                 ORDER BY t.at_ms, t.id LIMIT $4 FOR UPDATE OF t SKIP LOCKED), \
+                 numbered AS (SELECT d.*, row_number() OVER w AS k, \
+                 sum(octet_length(d.payload)) OVER w AS bytes FROM due d \
+                 WINDOW w AS (ORDER BY d.at_ms, d.id)), \
+                 taken AS MATERIALIZED (SELECT n.id, n.due_ms, n.attempt, n.generation, n.payload, \
+                 n.traceparent, n.k, (SELECT greatest(p.sequence + 1, p.now_us) FROM p) + n.k - 1 AS claim \
+                 FROM numbered n WHERE n.k = 1 OR n.bytes <= $5::int8), \
+                 claimed AS (UPDATE {schema}.tasks t SET state = 'inflight', at_ms = $6, \
+                 claim = k.claim FROM taken k WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id \
+                 RETURNING 1), \
+                 forgotten AS (DELETE FROM {schema}.superseded s USING taken k \
+                 WHERE s.queue = $1 AND s.idx = $2 AND s.id = k.id RETURNING 1), \
+                 receipt AS (UPDATE {schema}.partitions SET receipt_owner = $7::text, \
+                 receipt_lease_ms = $6, \
+                 receipt_ids = (SELECT array_agg(k.id ORDER BY k.k) FROM taken k), \
+                 receipt_claims = (SELECT array_agg(k.claim ORDER BY k.k) FROM taken k), \
+                 sequence = (SELECT max(k.claim) FROM taken k) \
+                 WHERE queue = $1 AND idx = $2 AND EXISTS (SELECT 1 FROM taken) RETURNING 1) \
+                 SELECT p.partitions, p.paused, (SELECT min(n.at_ms) FROM {schema}.tasks n \
+                 WHERE n.queue = $1 AND n.idx = $2 AND n.state = 'pending' \
+                 AND n.id NOT IN (SELECT k.id FROM taken k)), \
+                 k.id, k.due_ms, k.attempt, k.generation, k.payload, k.traceparent, k.claim \
+                 FROM p LEFT JOIN taken k ON true ORDER BY k.k",
             ),
             select_receipt: s(
                 "SELECT receipt_owner, receipt_lease_ms, receipt_ids, receipt_claims \

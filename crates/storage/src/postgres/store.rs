@@ -180,6 +180,10 @@ impl PostgresStore {
     }
 }
 
+/// How many times one claim is sent when it fails transiently and its receipt shows that it
+/// did not run.
+const CLAIM_ATTEMPTS: u32 = 3;
+
 #[async_trait]
 impl TaskStore for PostgresStore {
     async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
@@ -343,6 +347,29 @@ impl TaskStore for PostgresStore {
         lease_deadline_ms: u64,
         owner: &str,
     ) -> StorageResult<ClaimBatch> {
+        // Sent once per attempt; after a transient failure the receipt tells whether the
+        // claim ran (its tasks come back with the lost reply's tokens) or not (send it again).
+        let mut attempt = 1;
+        loop {
+            match self
+                .claim_at_once(partition, now_ms, limit, lease_deadline_ms, owner)
+                .await
+            {
+                Ok(Some(batch)) => return Ok(batch),
+                Ok(None) => break,
+                Err(error) if error.is_transient() && attempt < CLAIM_ATTEMPTS => {
+                    let recovered = self
+                        .recover_claim(partition, owner, lease_deadline_ms)
+                        .await?;
+                    if !recovered.tasks.is_empty() {
+                        return Ok(recovered);
+                    }
+                    attempt += 1;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        // The partition's row does not exist yet: the transaction makes it.
         let owner = owner.to_owned();
         let max_bytes = self.inner.options.max_claim_bytes;
         let target = partition.clone();
