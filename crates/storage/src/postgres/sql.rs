@@ -106,6 +106,11 @@ pub(crate) struct Sql {
     pub ack_held: String,
     /// As `ack_held` without done records (retention 0): also forgets older ones.
     pub ack_held_unrecorded: String,
+    /// `ack_held` as one statement committed on its own: it locks the partition's row first
+    /// and stamps the done records with the database clock (no `$6`).
+    pub ack_held_at_once: String,
+    /// `ack_held_unrecorded` as one statement committed on its own.
+    pub ack_held_unrecorded_at_once: String,
 
     /// Whether the tick ledger has `$3`.
     pub tick_exists: String,
@@ -115,8 +120,60 @@ pub(crate) struct Sql {
     pub forget_ticks: String,
 }
 
+/// See [`Sql::ack_held`].
+const ACK_HELD: &str = "WITH acked AS (DELETE FROM {schema}.tasks t \
+     USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
+     WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id AND t.state = 'inflight' \
+     AND t.generation = k.generation AND t.claim = k.claim \
+     RETURNING t.id, t.due_ms, t.scheduled_due_ms, t.attempt, t.generation, t.claim), \
+     recorded AS (INSERT INTO {schema}.done (queue, idx, id, due_ms, scheduled_due_ms, \
+     attempt, generation, completed_ms) SELECT $1, $2, id, due_ms, scheduled_due_ms, \
+     attempt, generation, $6 FROM acked ON CONFLICT (queue, idx, id) DO UPDATE SET \
+     due_ms = EXCLUDED.due_ms, scheduled_due_ms = EXCLUDED.scheduled_due_ms, \
+     attempt = EXCLUDED.attempt, generation = EXCLUDED.generation, \
+     completed_ms = EXCLUDED.completed_ms) \
+     SELECT id, generation, claim FROM acked";
+
+/// See [`Sql::ack_held_unrecorded`].
+const ACK_HELD_UNRECORDED: &str = "WITH acked AS (DELETE FROM {schema}.tasks t \
+     USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
+     WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id AND t.state = 'inflight' \
+     AND t.generation = k.generation AND t.claim = k.claim \
+     RETURNING t.id, t.generation, t.claim), \
+     forgotten AS (DELETE FROM {schema}.done d USING acked \
+     WHERE d.queue = $1 AND d.idx = $2 AND d.id = acked.id) \
+     SELECT id, generation, claim FROM acked";
+
+/// The lock of the partition's row as the first step of a statement, and the database clock
+/// read with it: what `Part::lock` does, for a statement committed on its own.
+const LOCK_FIRST: &str =
+    "WITH p AS MATERIALIZED (SELECT {now} AS now_ms FROM {schema}.partitions p \
+     WHERE p.queue = $1 AND p.idx = $2 FOR UPDATE OF p), acked AS (DELETE FROM {schema}.tasks t \
+     USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
+     WHERE (SELECT true FROM p) AND ";
+
+/// `statement` (one of the `ack_held` pair, in a partition's transaction) as a statement of
+/// its own: the lock first, the clock from it.
+fn ack_at_once(statement: &str) -> String {
+    const IN_TRANSACTION: &str = "WITH acked AS (DELETE FROM {schema}.tasks t \
+     USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
+     WHERE ";
+    debug_assert!(statement.starts_with(IN_TRANSACTION));
+    statement
+        .replacen(IN_TRANSACTION, LOCK_FIRST, 1)
+        .replace("$6", "(SELECT p.now_ms FROM p)")
+}
+
 impl Sql {
     pub(crate) fn new(schema: &Schema) -> Self {
+        let mut sql = Self::in_transactions(schema);
+        let s = |template: &str| schema.substitute(template).replace("{now}", NOW_MS);
+        sql.ack_held_at_once = s(&ack_at_once(ACK_HELD));
+        sql.ack_held_unrecorded_at_once = s(&ack_at_once(ACK_HELD_UNRECORDED));
+        sql
+    }
+
+    fn in_transactions(schema: &Schema) -> Self {
         let s = |template: &str| schema.substitute(template).replace("{now}", NOW_MS);
         let task_key = "queue = $1 AND idx = $2 AND id = $3";
         Sql {
@@ -312,30 +369,10 @@ impl Sql {
                 "SELECT id FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND state = 'dead'",
             ),
 
-            ack_held: s(
-                "WITH acked AS (DELETE FROM {schema}.tasks t \
-                 USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
-                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id AND t.state = 'inflight' \
-                 AND t.generation = k.generation AND t.claim = k.claim \
-                 RETURNING t.id, t.due_ms, t.scheduled_due_ms, t.attempt, t.generation, t.claim), \
-                 recorded AS (INSERT INTO {schema}.done (queue, idx, id, due_ms, scheduled_due_ms, \
-                 attempt, generation, completed_ms) SELECT $1, $2, id, due_ms, scheduled_due_ms, \
-                 attempt, generation, $6 FROM acked ON CONFLICT (queue, idx, id) DO UPDATE SET \
-                 due_ms = EXCLUDED.due_ms, scheduled_due_ms = EXCLUDED.scheduled_due_ms, \
-                 attempt = EXCLUDED.attempt, generation = EXCLUDED.generation, \
-                 completed_ms = EXCLUDED.completed_ms) \
-                 SELECT id, generation, claim FROM acked",
-            ),
-            ack_held_unrecorded: s(
-                "WITH acked AS (DELETE FROM {schema}.tasks t \
-                 USING unnest($3::text[], $4::int8[], $5::int8[]) AS k(id, generation, claim) \
-                 WHERE t.queue = $1 AND t.idx = $2 AND t.id = k.id AND t.state = 'inflight' \
-                 AND t.generation = k.generation AND t.claim = k.claim \
-                 RETURNING t.id, t.generation, t.claim), \
-                 forgotten AS (DELETE FROM {schema}.done d USING acked \
-                 WHERE d.queue = $1 AND d.idx = $2 AND d.id = acked.id) \
-                 SELECT id, generation, claim FROM acked",
-            ),
+            ack_held: s(ACK_HELD),
+            ack_held_unrecorded: s(ACK_HELD_UNRECORDED),
+            ack_held_at_once: String::new(),
+            ack_held_unrecorded_at_once: String::new(),
             tick_exists: s(&format!(
                 "SELECT EXISTS (SELECT 1 FROM {{schema}}.ticks WHERE {task_key})"
             )),
@@ -347,5 +384,36 @@ impl Sql {
                 "DELETE FROM {schema}.ticks WHERE queue = $1 AND idx = $2 AND id = ANY($3)",
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_acks_at_once_lock_the_partition_first_and_take_the_database_clock() {
+        let sql = Sql::new(&Schema::new("delayq").expect("valid schema"));
+        for statement in [&sql.ack_held_at_once, &sql.ack_held_unrecorded_at_once] {
+            assert!(
+                statement.starts_with(
+                    "WITH p AS MATERIALIZED (SELECT (extract(epoch FROM clock_timestamp())"
+                ),
+                "{statement}"
+            );
+            assert!(statement.contains("FOR UPDATE OF p"), "{statement}");
+            assert!(
+                statement.contains("WHERE (SELECT true FROM p) AND t.queue = $1"),
+                "{statement}"
+            );
+            assert!(!statement.contains("$6"), "{statement}");
+            assert!(
+                !statement.contains("{schema}") && !statement.contains("{now}"),
+                "{statement}"
+            );
+        }
+        assert!(sql
+            .ack_held_at_once
+            .contains("(SELECT p.now_ms FROM p) FROM acked"));
     }
 }

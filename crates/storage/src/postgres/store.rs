@@ -150,25 +150,123 @@ impl PostgresStore {
         tokens: Vec<LeaseToken>,
     ) -> Vec<StorageResult<AckOutcome>> {
         let retention = self.retention_ms();
-        let owned = tokens.clone();
-        let outcome = self
-            .in_partition("ack", &partition, move |part| {
-                let tokens = owned.clone();
-                Box::pin(async move { part.ack_many(&tokens, retention).await })
+        // The common case, every token still holding its task's lease, is one statement
+        // committed on its own; the tokens it did not complete (superseded, stale, a repeat)
+        // get the full check in the partition's transaction. The statement may run twice (a
+        // lost reply is tried again): a token it completed the first time is answered by the
+        // full check the second, as a repeated ack is.
+        let mut completed = match self.ack_at_once(&partition, &tokens, retention).await {
+            Ok(completed) => completed,
+            Err(error) => return tokens.iter().map(|_| Err(error.copy_for("ack"))).collect(),
+        };
+        // A token sent twice in one batch is completed once; its repeat gets the full check.
+        let mut outcomes: Vec<Option<StorageResult<AckOutcome>>> = tokens
+            .iter()
+            .map(|token| {
+                completed
+                    .remove(&key_of(token))
+                    .then_some(Ok(AckOutcome::Completed))
+            })
+            .collect();
+        let rest: Vec<LeaseToken> = tokens
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, outcome)| outcome.is_none())
+            .map(|(token, _)| token.clone())
+            .collect();
+        if !rest.is_empty() {
+            let owned = rest.clone();
+            let checked = self
+                .in_partition("ack", &partition, move |part| {
+                    let tokens = owned.clone();
+                    Box::pin(async move { part.ack_many(&tokens, retention).await })
+                })
+                .await;
+            let mut answers: Vec<StorageResult<AckOutcome>> = match checked {
+                Ok(checked) => checked
+                    .into_iter()
+                    .zip(&rest)
+                    .map(|(outcome, token)| match outcome {
+                        Ok(true) => Ok(AckOutcome::Completed),
+                        Ok(false) => Ok(AckOutcome::Superseded),
+                        Err(refused) => Err(stale(token)(refused)),
+                    })
+                    .collect(),
+                Err(error) => rest
+                    .iter()
+                    .map(|_| Err(error.copy_for("ack")))
+                    .collect::<Vec<_>>(),
+            }
+            .into_iter()
+            .rev()
+            .collect();
+            for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
+                *outcome = answers.pop();
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| {
+                    Err(StorageError::Backend {
+                        operation: "ack",
+                        message: "an ack was not answered".to_owned(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Completes, in one statement, the tokens that still hold their task's lease; returns
+    /// their keys. Nothing when the partition's row does not exist yet.
+    async fn ack_at_once(
+        &self,
+        partition: &Partition,
+        tokens: &[LeaseToken],
+        retention_ms: u64,
+    ) -> StorageResult<std::collections::HashSet<(String, i64, i64)>> {
+        let sql = self.sql();
+        let queue = partition.queue.as_str().to_owned();
+        let idx = i32::try_from(partition.index).unwrap_or(i32::MAX);
+        let ids: Vec<String> = tokens
+            .iter()
+            .map(|token| token.id.as_str().to_owned())
+            .collect();
+        let generations: Vec<i64> = tokens.iter().map(|token| to_db(token.generation)).collect();
+        let claims: Vec<i64> = tokens.iter().map(|token| to_db(token.claim)).collect();
+        let rows = self
+            .inner
+            .database
+            .run("ack", move |client| {
+                let sql = sql.clone();
+                let (queue, ids, generations, claims) = (
+                    queue.clone(),
+                    ids.clone(),
+                    generations.clone(),
+                    claims.clone(),
+                );
+                Box::pin(async move {
+                    let text = if retention_ms == 0 {
+                        &sql.ack_held_unrecorded_at_once
+                    } else {
+                        &sql.ack_held_at_once
+                    };
+                    let statement = client.prepare_cached(text).await?;
+                    client
+                        .query(&statement, &[&queue, &idx, &ids, &generations, &claims])
+                        .await
+                })
             })
             .await;
-        match outcome {
-            Ok(outcomes) => outcomes
-                .into_iter()
-                .zip(&tokens)
-                .map(|(outcome, token)| match outcome {
-                    Ok(true) => Ok(AckOutcome::Completed),
-                    Ok(false) => Ok(AckOutcome::Superseded),
-                    Err(refused) => Err(stale(token)(refused)),
-                })
-                .collect(),
-            Err(error) => tokens.iter().map(|_| Err(error.copy_for("ack"))).collect(),
-        }
+        self.inner.heads.forget(partition);
+        let rows = rows.map_err(|error| from_layer("ack", error))?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let claim: Option<i64> = row.get(2);
+                (row.get(0), row.get(1), claim.unwrap_or(0))
+            })
+            .collect())
     }
 
     pub(super) fn retention_ms(&self) -> u64 {
@@ -178,6 +276,15 @@ impl PostgresStore {
     pub(super) fn max_payload(&self) -> usize {
         self.inner.options.max_payload
     }
+}
+
+/// A token as the ack statements return what they completed: id, generation, claim.
+fn key_of(token: &LeaseToken) -> (String, i64, i64) {
+    (
+        token.id.as_str().to_owned(),
+        to_db(token.generation),
+        to_db(token.claim),
+    )
 }
 
 /// How many times one claim is sent when it fails transiently and its receipt shows that it
