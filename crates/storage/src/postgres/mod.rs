@@ -19,6 +19,12 @@
 //! fails transiently (a restart, a failover, a serialization failure) is rolled back and run
 //! again by the layer; a permanent failure is returned.
 //!
+//! The two operations of every fire are single statements instead, each locking the
+//! partition's row as its first step and committing on its own: a claim (`claim.rs`; sent
+//! once, its receipt read after a transient failure) and the ack of tokens that still hold
+//! their leases (the others get the full check in a transaction). A transaction holds the
+//! partition's lock across round trips to the node; a statement only while it runs.
+//!
 //! # Time
 //! Completion and failure stamps, the dedup age and slot leases use the database's
 //! `clock_timestamp()`: the cluster clock. Generations and claim numbers are
