@@ -26,6 +26,8 @@ pub(crate) const FIRST_CLAIM: usize = 32;
 pub(crate) struct ClaimSize {
     next: usize,
     max: usize,
+    /// Whether the last claim came back full: more is due than was claimed.
+    backlogged: bool,
 }
 
 impl ClaimSize {
@@ -35,6 +37,7 @@ impl ClaimSize {
         ClaimSize {
             next: FIRST_CLAIM.min(max),
             max,
+            backlogged: false,
         }
     }
 
@@ -46,6 +49,7 @@ impl ClaimSize {
     /// A claim asked for `wanted` tasks and got `got`: a full one doubles the next size (up
     /// to the maximum), a short one starts over.
     pub(crate) fn claimed(&mut self, wanted: usize, got: usize) {
+        self.backlogged = got >= wanted;
         if got >= wanted {
             self.next = self.next.saturating_mul(2).min(self.max);
         } else {
@@ -56,6 +60,13 @@ impl ClaimSize {
     /// Starts over at [`FIRST_CLAIM`] (a short claim, a pause, a limit, an error).
     pub(crate) fn reset(&mut self) {
         self.next = FIRST_CLAIM.min(self.max);
+        self.backlogged = false;
+    }
+
+    /// Whether the last claim came back full (more was due than it took): the next claim
+    /// may wait a moment for more handler slots (`partition.rs`, `BUSY_GATHERING`).
+    pub(crate) fn backlogged(&self) -> bool {
+        self.backlogged
     }
 }
 

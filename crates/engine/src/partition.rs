@@ -50,6 +50,15 @@ const MAX_PEEK: usize = 1_024;
 /// that a saturated queue claims in batches instead of one task per round trip.
 const SLOT_GATHERING: Duration = Duration::from_millis(1);
 
+/// A claim on a busy queue waits for at least `concurrency / BUSY_CLAIM_SHARE` free slots
+/// (a quarter of the queue's slots on this node)...
+const BUSY_CLAIM_SHARE: usize = 4;
+
+/// ...but no longer than this: then it claims what it has. Slots come free as handlers end, so
+/// on a saturated queue this is about the time a quarter of them take to end; a queue that
+/// is not saturated has the slots free and never waits.
+const BUSY_GATHERING: Duration = Duration::from_millis(2);
+
 /// Looks in a row that found nothing due within the window and nothing in flight before a
 /// partition counts as idle. More than one, so that a partition just gained (whose previous
 /// owner may still be claiming for a moment) or just drained is watched for a while.
@@ -502,9 +511,16 @@ impl Serving {
     /// queue's come first: a claimer waiting for the node holds only its own queue's slots,
     /// never the node's that other queues wait for.
     async fn acquire_slots(&self, limit: usize) -> Result<Slots, ClaimsEnded> {
-        let mut queue = self.gather(&self.queue.slots, limit).await?;
+        // Only behind a backlog (the last claim came back full): a claim for the few tasks
+        // that are due takes the slots it finds at once.
+        let at_least = if self.claim_size.backlogged() {
+            (self.queue.settings.concurrency / BUSY_CLAIM_SHARE).max(1)
+        } else {
+            1
+        };
+        let mut queue = self.gather(&self.queue.slots, limit, at_least).await?;
         let node = self
-            .gather(&self.runtime.running_slots, queue.num_permits())
+            .gather(&self.runtime.running_slots, queue.num_permits(), 1)
             .await?;
         let extra = queue.num_permits() - node.num_permits();
         if extra > 0 {
@@ -519,13 +535,17 @@ impl Serving {
 
     /// Takes up to `limit` free slots of `slots`, at least one. When none was free, it waits
     /// for one and then gathers more for a moment: on a saturated queue (or node) slots free
-    /// up one by one, and claiming one task per round trip would waste the batch. The wait
-    /// ends early when the worker stops or its next look is due (a saturated queue still
-    /// sweeps its expired leases on time).
+    /// up one by one, and claiming one task per round trip would waste the batch. When fewer
+    /// than `at_least` (and `limit`) were free, it waits up to [`BUSY_GATHERING`] for that
+    /// many: a busy queue's partitions then claim in shares of its slots instead of the few
+    /// that came free since their last claim (each claim and ack costs a store call whatever
+    /// it carries). The wait ends early when the worker stops or its next look is due (a
+    /// saturated queue still sweeps its expired leases on time).
     async fn gather(
         &self,
         slots: &Arc<Semaphore>,
         limit: usize,
+        at_least: usize,
     ) -> Result<OwnedSemaphorePermit, ClaimsEnded> {
         let slots = slots.clone();
         let had_free = slots.available_permits() > 0;
@@ -536,7 +556,21 @@ impl Serving {
             _ = tokio::time::sleep_until(self.next_look) => return Err(ClaimsEnded::LookDue),
         };
         top_up(&slots, &mut permits, limit);
-        if !had_free && permits.num_permits() < limit {
+        let at_least = at_least.min(limit);
+        if permits.num_permits() < at_least {
+            let missing = (at_least - permits.num_permits()) as u32;
+            tokio::select! {
+                biased;
+                _ = self.worker.cancel.cancelled() => {}
+                _ = tokio::time::sleep_until(self.next_look) => {}
+                more = tokio::time::timeout(BUSY_GATHERING, slots.clone().acquire_many_owned(missing)) => {
+                    if let Ok(Ok(more)) = more {
+                        permits.merge(more);
+                    }
+                }
+            }
+            top_up(&slots, &mut permits, limit);
+        } else if !had_free && permits.num_permits() < limit {
             tokio::time::sleep(SLOT_GATHERING).await;
             top_up(&slots, &mut permits, limit);
         }
