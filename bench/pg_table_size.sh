@@ -16,20 +16,22 @@
 #           starts, and waited for until every task fired and was acked)
 #   pruned  after the done records are pruned (`done` empty) and autovacuum had a chance:
 #           polled every 10 s until `done` is empty and no table has more than DEAD_MAX dead
-#           tuples (pg_stat_user_tables.n_dead_tup), at most PRUNE_TIMEOUT_S
-# With DIAG=1 (the default) two diagnostic steps follow, after `pruned` was measured, to tell
-# what holds the remaining space: `vacuumed` (a manual VACUUM of every table of the schema)
+#           tuples (pg_stat_user_tables.n_dead_tup), at most PRUNE_TIMEOUT_S, then SETTLE_S
+#           more for autovacuum to run after the last prunes ("settled": false when it timed out)
+# With DIAG=1 (the default) diagnostics follow, after `pruned` was measured, to tell what holds
+# the remaining space: pgstattuple / pgstatindex of the pruned state, `vacuumed` (a manual VACUUM of every table of the schema)
 # and `reindexed` (then REINDEX TABLE CONCURRENTLY of each). They take no part in the ratio.
-# Prints one JSON line per round ({"round": ...}) and at the end one JSON line with the
-# settings, every phase and ratio = pruned total / empty total (over all tables of the schema).
+# Prints one JSON line per round ({"round": ...}), then one JSON line with the settings, every
+# phase and ratio_total = pruned total / empty total (over all tables of the schema), then with
+# DIAG=1 one line {"diagnostic": ...}.
 # usage: pg_table_size.sh BINARY PORT [N=1000000]
 # Environment: ROUNDS (10), RETENTION (60s), LEAD_S (60), DEAD_MAX (1000), PRUNE_TIMEOUT_S
-# (1800), QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g. 'concurrency: 512'; none),
+# (1800), SETTLE_S (120), QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g. 'concurrency: 512'; none),
 # DIAG (1), PG_BIN, KEEP=1.
 set -euo pipefail
 BIN=$(readlink -f "$1"); P=$2; N=${3:-1000000}
 ROUNDS=${ROUNDS:-10}; RETENTION=${RETENTION:-60s}; LEAD_S=${LEAD_S:-60}; DEAD_MAX=${DEAD_MAX:-1000}
-PRUNE_TIMEOUT_S=${PRUNE_TIMEOUT_S:-1800}; QUEUE_DEFAULTS=${QUEUE_DEFAULTS:-}; DIAG=${DIAG:-1}
+PRUNE_TIMEOUT_S=${PRUNE_TIMEOUT_S:-1800}; SETTLE_S=${SETTLE_S:-120}; QUEUE_DEFAULTS=${QUEUE_DEFAULTS:-}; DIAG=${DIAG:-1}
 . "$(dirname "$0")/pg_private.sh"
 pg_private_start "$P"
 cat > "$D/cluster.yaml" <<YAML
@@ -47,12 +49,13 @@ for i in 1 2 3; do
 done
 status=0
 python3 - "$D" "$P" "$N" "$BIN" "$ROUNDS" "$RETENTION" "$LEAD_S" "$DEAD_MAX" "$PRUNE_TIMEOUT_S" \
-  "$QUEUE_DEFAULTS" "$DIAG" <<'PY' || status=$?
+  "$QUEUE_DEFAULTS" "$DIAG" "$SETTLE_S" <<'PY' || status=$?
 import sys, time, subprocess, json, os
 D, P, N, BIN = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 ROUNDS, RETENTION, LEAD_S = int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 DEAD_MAX, PRUNE_TIMEOUT_S = int(sys.argv[8]), int(sys.argv[9])
 QUEUE_DEFAULTS, DIAG = sys.argv[10], sys.argv[11] == "1"
+SETTLE_S = int(sys.argv[12])
 CONFIG = D + "/cluster.yaml"
 SCHEMA = "delayq"
 QUEUE = "size"
@@ -68,6 +71,9 @@ def rows(sql):
 
 def scalar(sql):
     return int(psql(sql) or 0)
+
+def number(text):
+    return None if text in ("", "NaN") else float(text)
 
 def elapsed():
     return round(time.time() - t_start)
@@ -180,20 +186,17 @@ def pruned_and_vacuumed():
     polls.append({"at_s": elapsed(), "done_rows": done, "dead_tup": {k: v for k, v in dead.items() if v}})
     return done == 0 and max(dead.values()) <= DEAD_MAX
 settled = wait(pruned_and_vacuumed, PRUNE_TIMEOUT_S, 10)
+settled_at_s = elapsed()
+# The last prunes may have left fewer dead tuples than DEAD_MAX: give autovacuum SETTLE_S more
+# (two naptimes at the default) to vacuum (and truncate) after them.
+if settled:
+    time.sleep(SETTLE_S)
+    pruned_and_vacuumed()
 pruned = measure()
+pruned["settled_at_s"] = settled_at_s
 pruned["settled"] = settled
 pruned["waited_s"] = round(time.time() - t_prune)
 pruned["polls"] = polls[:: max(1, len(polls) // 30)] + polls[-1:]
-
-diag = {}
-if DIAG:
-    names = list(pruned["tables"])
-    for name in names:
-        psql(f"VACUUM {SCHEMA}.{name}")
-    diag["vacuumed"] = measure()
-    for name in names:
-        psql(f"REINDEX TABLE CONCURRENTLY {SCHEMA}.{name}")
-    diag["reindexed"] = measure()
 
 settings = dict(rows("SELECT name, setting FROM pg_settings WHERE name IN ('autovacuum', "
                      "'autovacuum_naptime', 'autovacuum_vacuum_scale_factor', 'autovacuum_vacuum_threshold', "
@@ -213,9 +216,33 @@ result = {
     "ratio_total": round(pruned["totals"]["total"] / empty["totals"]["total"], 2),
     "ratio_total_fired_over_empty": round(fired["totals"]["total"] / empty["totals"]["total"], 2),
     "target": "pruned total <= 2 x empty total", "met": pruned["totals"]["total"] <= 2 * empty["totals"]["total"],
-    **({"diagnostic": diag} if diag else {}),
 }
 print(json.dumps(result), flush=True)
+diag = {}
+if DIAG:
+    names = list(pruned["tables"])
+    # Where the space of the pruned state is: free space and dead tuples of each heap, and each
+    # index's pages (deleted pages are recycled by later inserts, never given back to the OS).
+    psql("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+    diag["heap_stats"] = {name: dict(zip(("table_len", "tuple_percent", "dead_tuple_percent", "free_percent"),
+                                         map(number, rows(f"SELECT table_len, tuple_percent, dead_tuple_percent, "
+                                                         f"free_percent FROM pgstattuple('{SCHEMA}.{name}')")[0])))
+                          for name in names if pruned["tables"][name]["heap"] > 0}
+    diag["index_stats"] = {}
+    for (index,) in rows("SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+                         f"JOIN pg_namespace n ON n.oid = i.relnamespace WHERE n.nspname = '{SCHEMA}' "
+                         "AND pg_relation_size(i.oid) > 16384 ORDER BY 1"):
+        stats = rows(f"SELECT index_size, leaf_pages, internal_pages, empty_pages, deleted_pages, "
+                     f"avg_leaf_density FROM pgstatindex('{SCHEMA}.{index}')")[0]
+        diag["index_stats"][index] = dict(zip(("index_size", "leaf_pages", "internal_pages", "empty_pages",
+                                              "deleted_pages", "avg_leaf_density"), map(number, stats)))
+    for name in names:
+        psql(f"VACUUM {SCHEMA}.{name}")
+    diag["vacuumed"] = measure()
+    for name in names:
+        psql(f"REINDEX TABLE CONCURRENTLY {SCHEMA}.{name}")
+    diag["reindexed"] = measure()
+    print(json.dumps({"diagnostic": diag}), flush=True)
 PY
 kill $(cat "$D/pids") 2>/dev/null || true; sleep 1
 pg_private_stop
