@@ -4,10 +4,10 @@
 # postgres; the Debian package `postgresql`), psql and python3.
 #
 # 3 `delayq node --handler log` processes with `backend: postgres` on one private PostgreSQL
-# (bench/pg_private.sh: initdb in a temp dir, fsync off as the tests run it), at the documented
-# defaults except `engine.executed_retention` (RETENTION, default 60s instead of 1h, so that the
-# done records are pruned within the run), and PostgreSQL at its own defaults (autovacuum on,
-# autovacuum_naptime 1 min, scale factors 0.2 / 0.1). It measures pg_total_relation_size,
+# (bench/pg_private.sh: initdb in a temp dir, fsync, synchronous_commit and full_page_writes
+# off as the tests run it), at the documented defaults except `engine.executed_retention`
+# (RETENTION, default 60s instead of 1h, so that the done records are pruned within the run);
+# autovacuum at PostgreSQL's defaults (on, autovacuum_naptime 1 min, vacuum scale factor 0.2). It measures pg_total_relation_size,
 # pg_relation_size (main fork), pg_indexes_size and each index's size of every table of the
 # schema `delayq`, with pg_stat_user_tables (live/dead tuples, autovacuum counts):
 #   empty   after the migration and the 3 nodes joined, nothing scheduled
@@ -19,15 +19,19 @@
 #           tuples (pg_stat_user_tables.n_dead_tup), at most PRUNE_TIMEOUT_S, then SETTLE_S
 #           more for autovacuum to run after the last prunes ("settled": false when it timed out)
 # With DIAG=1 (the default) diagnostics follow, after `pruned` was measured, to tell what holds
-# the remaining space: pgstattuple / pgstatindex of the pruned state, `vacuumed` (a manual VACUUM of every table of the schema)
-# and `reindexed` (then REINDEX TABLE CONCURRENTLY of each). They take no part in the ratio.
+# the remaining space: pgstattuple / pgstatindex of the pruned state, `vacuumed` (a manual
+# VACUUM of every table of the schema), `reindexed` (then REINDEX TABLE CONCURRENTLY of each) and `compacted` (then VACUUM FULL of
+# `partitions`), each with its ratio to empty. They take no part in ratio_total.
+# EXTRA_SQL (none): SQL run once after the migration, before the nodes start, e.g. candidate
+# storage parameters ('ALTER TABLE delayq.done SET (autovacuum_vacuum_scale_factor = 0)');
+# the result names it.
 # Prints one JSON line per round ({"round": ...}), then one JSON line with the settings, every
 # phase and ratio_total = pruned total / empty total (over all tables of the schema), then with
 # DIAG=1 one line {"diagnostic": ...}.
 # usage: pg_table_size.sh BINARY PORT [N=1000000]
 # Environment: ROUNDS (10), RETENTION (60s), LEAD_S (60), DEAD_MAX (1000), PRUNE_TIMEOUT_S
-# (1800), SETTLE_S (120), QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g. 'concurrency: 512'; none),
-# DIAG (1), PG_BIN, KEEP=1.
+# (1800), SETTLE_S (120), QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g.
+# 'concurrency: 512'; none), DIAG (1), EXTRA_SQL (none), PG_BIN, KEEP=1.
 set -euo pipefail
 BIN=$(readlink -f "$1"); P=$2; N=${3:-1000000}
 ROUNDS=${ROUNDS:-10}; RETENTION=${RETENTION:-60s}; LEAD_S=${LEAD_S:-60}; DEAD_MAX=${DEAD_MAX:-1000}
@@ -43,6 +47,7 @@ engine:
 YAML
 if [ -n "$QUEUE_DEFAULTS" ]; then echo "queue_defaults: { $QUEUE_DEFAULTS }" >> "$D/cluster.yaml"; fi
 "$BIN" --config "$D/cluster.yaml" migrate >/dev/null
+if [ -n "${EXTRA_SQL:-}" ]; then psql -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$P" -U postgres -c "$EXTRA_SQL" postgres; fi
 for i in 1 2 3; do
   DELAYQ_NODE_NAME=n$i "$BIN" --config "$D/cluster.yaml" node --handler log > "$D/out$i.jsonl" 2>"$D/err$i.log" &
   echo $! >> "$D/pids"
@@ -210,7 +215,8 @@ result = {
     "nodes": 3, "queue": QUEUE,
     "partitions": scalar(f"SELECT partitions FROM {SCHEMA}.queues WHERE queue = '{QUEUE}'"),
     "changed_from_defaults": {"engine.executed_retention": RETENTION,
-                              **({"queue_defaults": QUEUE_DEFAULTS} if QUEUE_DEFAULTS else {})},
+                              **({"queue_defaults": QUEUE_DEFAULTS} if QUEUE_DEFAULTS else {}),
+                              **({"extra_sql": os.environ["EXTRA_SQL"]} if os.environ.get("EXTRA_SQL") else {})},
     "postgres_settings": settings, "reloptions": reloptions, "elapsed_s": elapsed(),
     "empty": empty, "fired_phase": fired, "pruned": pruned,
     "ratio_total": round(pruned["totals"]["total"] / empty["totals"]["total"], 2),
@@ -242,6 +248,12 @@ if DIAG:
     for name in names:
         psql(f"REINDEX TABLE CONCURRENTLY {SCHEMA}.{name}")
     diag["reindexed"] = measure()
+    # The partitions table keeps a few rows (one per partition) spread over the pages its
+    # updates wrote; only a rewrite gives those pages back (VACUUM FULL locks the table).
+    psql(f"VACUUM FULL {SCHEMA}.partitions")
+    diag["compacted"] = measure()
+    for phase in ("vacuumed", "reindexed", "compacted"):
+        diag[phase]["ratio_total"] = round(diag[phase]["totals"]["total"] / empty["totals"]["total"], 2)
     print(json.dumps({"diagnostic": diag}), flush=True)
 PY
 kill $(cat "$D/pids") 2>/dev/null || true; sleep 1
