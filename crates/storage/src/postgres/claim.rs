@@ -41,9 +41,10 @@ impl PostgresStore {
         let queue = partition.queue.as_str().to_owned();
         let idx = i32::try_from(partition.index).unwrap_or(i32::MAX);
         let owner = owner.to_owned();
+        // `LIMIT 0` takes nothing and still reports the next due, as the transaction does.
         let params = (
             to_db(now_ms),
-            to_db(limit.max(1)),
+            to_db(limit),
             to_db(self.inner.options.max_claim_bytes),
             to_db(lease_deadline_ms),
         );

@@ -51,6 +51,10 @@ struct ViewState {
     heads: HashMap<Partition, Option<u64>>,
     /// When each partition was last asked about.
     asked: HashMap<Partition, Instant>,
+    /// Whether a read of the view is under way, and the partitions written meanwhile: its
+    /// answer for them may predate the write, so it is not kept.
+    reading: bool,
+    written_while_reading: std::collections::HashSet<Partition>,
 }
 
 impl ViewState {
@@ -70,6 +74,9 @@ impl HeadView {
         let mut state = self.state.lock();
         if !state.heads.is_empty() {
             state.heads.remove(partition);
+        }
+        if state.reading {
+            state.written_while_reading.insert(partition.clone());
         }
     }
 
@@ -99,11 +106,18 @@ impl HeadView {
             state
                 .asked
                 .retain(|_, asked| taken.saturating_duration_since(*asked) < ASKED_TTL);
+            state.reading = true;
             state.asked.keys().cloned().collect()
         };
-        let heads = read_heads(store, &covered).await?;
+        let read = read_heads(store, &covered).await;
         let mut state = self.state.lock();
+        state.reading = false;
+        let written = std::mem::take(&mut state.written_while_reading);
+        let mut heads = read?;
         let answer = heads.get(partition).copied().flatten();
+        for partition in &written {
+            heads.remove(partition);
+        }
         state.heads = heads;
         state.taken = Some(taken);
         Ok(answer)
