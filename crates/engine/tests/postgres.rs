@@ -306,7 +306,8 @@ async fn a_burst_survives_every_connection_being_dropped_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_schema_of_the_previous_migration_set_is_upgraded_by_a_starting_node() {
     // The release before the coordinator existed stopped at migration 3: its tasks are
-    // in the database when the first node of this release starts and applies migration 4.
+    // in the database when the first node of this release starts and applies migrations 4
+    // and 5 (5: the pause on the partition rows).
     let mut backend = TestBackend::postgres();
     let url = server_url(&mut backend);
     let config = fast_config();
@@ -318,35 +319,54 @@ async fn a_schema_of_the_previous_migration_set_is_upgraded_by_a_starting_node()
         .apply()
         .await
         .expect("the previous release's schema");
-    let store = delayq_storage::PostgresStore::on(database.clone(), Default::default());
-    use delayq_storage::TaskStore;
-    let queue = delayq_storage::QueueName::new(QUEUE).expect("queue");
-    store
-        .register_queue(&queue, config.queue_defaults.partitions)
-        .await
-        .expect("registered");
+    // The previous release's rows, written as its statements wrote them (this release's store
+    // needs the columns of the newer migrations).
     let now = delayq_coordinator::SystemClock.now_ms();
     use delayq_coordinator::LocalClock;
+    let client = database
+        .client("previous release")
+        .await
+        .expect("a connection");
+    let schema = database.schema().clone();
+    let partitions = i32::try_from(config.queue_defaults.partitions).expect("partitions");
+    client
+        .execute(
+            &schema.substitute("INSERT INTO {schema}.queues (queue, partitions) VALUES ($1, $2)"),
+            &[&QUEUE, &partitions],
+        )
+        .await
+        .expect("registered by the previous release");
     for n in 0..20u32 {
         let id = delayq_storage::TaskId::new(format!("old-{n}")).expect("id");
-        let partition = delayq_storage::Partition::new(
-            queue.clone(),
-            delayq_storage::partition_of(&id, config.queue_defaults.partitions),
-        );
-        store
-            .schedule(
-                &partition,
-                delayq_storage::NewTask {
-                    id,
-                    due_ms: now + 500,
-                    payload: bytes::Bytes::new(),
-                    traceparent: None,
-                },
-                Default::default(),
+        let idx = i32::try_from(delayq_storage::partition_of(
+            &id,
+            config.queue_defaults.partitions,
+        ))
+        .expect("index");
+        let due = i64::try_from(now + 500).expect("due");
+        client
+            .execute(
+                &schema.substitute(
+                    "INSERT INTO {schema}.partitions (queue, idx) VALUES ($1, $2) \
+                     ON CONFLICT DO NOTHING",
+                ),
+                &[&QUEUE, &idx],
+            )
+            .await
+            .expect("the partition's row");
+        client
+            .execute(
+                &schema.substitute(
+                    "INSERT INTO {schema}.tasks (queue, idx, id, state, at_ms, due_ms, \
+                     scheduled_due_ms, attempt, generation, payload) \
+                     VALUES ($1, $2, $3, 'pending', $4, $4, $4, 1, $5, ''::bytea)",
+                ),
+                &[&QUEUE, &idx, &id.as_str(), &due, &(i64::from(n) + 1)],
             )
             .await
             .expect("scheduled by the previous release");
     }
+    drop(client);
     let recorder = Recorder::new();
     let scheduler = node(&backend, &config, &recorder).await;
     let status = delayq_postgres::Migrator::new(&database)

@@ -47,6 +47,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "membership",
         sql: include_str!("../migrations/0004_membership.sql"),
     },
+    Migration {
+        version: 5,
+        name: "partition_paused",
+        sql: include_str!("../migrations/0005_partition_paused.sql"),
+    },
 ];
 
 /// FNV-1a, 64 bits: stable across Rust releases and platforms, unlike std's hasher.

@@ -236,3 +236,55 @@ async fn a_statement_stuck_on_a_lock_is_a_transient_timeout_not_a_stall() {
         .expect("claim once the lock is free");
     assert_eq!(batch.tasks.len(), 1, "the timed-out claim took nothing");
 }
+
+/// A claim that started while `pause` held the partition's lock, and waited for it, sees the
+/// pause once it gets the lock: it takes nothing. (It reads the other tables as of its start,
+/// before the pause committed; the pause is on the partition's row too, migration 5.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_waited_for_a_pause_to_commit_sees_the_pause() {
+    let server = PostgresServer::start();
+    let (store, partition) = store_on(&server, RetryPolicy::default()).await;
+    store
+        .schedule(&partition, task("due", T0), ScheduleMode::Upsert)
+        .await
+        .expect("schedule");
+    // The pause's own statements, in a transaction held open.
+    let database = store.database().clone();
+    let mut client = database.client("pause").await.expect("a connection");
+    let pause = client.transaction().await.expect("begin");
+    pause
+        .execute(
+            "INSERT INTO delayq.paused (queue, paused_ms) VALUES ($1, 0)",
+            &[&"faults"],
+        )
+        .await
+        .expect("insert the pause");
+    pause
+        .execute(
+            "UPDATE delayq.partitions SET paused = true WHERE queue = $1",
+            &[&"faults"],
+        )
+        .await
+        .expect("mark and lock the partitions");
+    let claimer = store.clone();
+    let claiming = tokio::spawn(async move {
+        claimer
+            .claim_due(&partition, T0 + 1_000, 10, T0 + 60_000, "node-a")
+            .await
+    });
+    // The claim has started and waits for the partition's lock.
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                   AND query LIKE 'WITH p AS MATERIALIZED%'";
+    let started = std::time::Instant::now();
+    while server.psql(waiting).expect("pg_stat_activity") != "1" {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the claim never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pause.commit().await.expect("commit the pause");
+    let batch = claiming.await.expect("joined").expect("claim");
+    assert!(batch.paused, "the claim did not see the pause: {batch:?}");
+    assert!(batch.tasks.is_empty(), "claimed while paused: {batch:?}");
+}

@@ -183,7 +183,7 @@ impl Sql {
             lock_partition: s(
                 "SELECT p.sequence, {now}, (extract(epoch FROM clock_timestamp()) * 1000000)::int8, \
                  (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1), \
-                 EXISTS (SELECT 1 FROM {schema}.paused z WHERE z.queue = $1) \
+                 (p.paused OR EXISTS (SELECT 1 FROM {schema}.paused z WHERE z.queue = $1)) \
                  FROM {schema}.partitions p WHERE p.queue = $1 AND p.idx = $2 FOR UPDATE OF p",
             ),
             store_sequence: s(
@@ -285,7 +285,7 @@ impl Sql {
                 "WITH p AS MATERIALIZED (SELECT p.sequence, {now} AS now_ms, \
                  (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us, \
                  (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1) AS partitions, \
-                 EXISTS (SELECT 1 FROM {schema}.paused z WHERE z.queue = $1) AS paused \
+                 (p.paused OR EXISTS (SELECT 1 FROM {schema}.paused z WHERE z.queue = $1)) AS paused \
                  FROM {schema}.partitions p WHERE p.queue = $1 AND p.idx = $2 FOR UPDATE OF p), \
                  due AS MATERIALIZED (SELECT t.id, t.at_ms, t.due_ms, t.attempt, t.generation, \
                  t.payload, t.traceparent FROM {schema}.tasks t \

@@ -702,16 +702,23 @@ impl TaskStore for PostgresStore {
                         &[&name],
                     )
                     .await?;
-                    // Wait for claims in progress: once this commits, every claim that takes
-                    // a partition's lock sees the pause.
+                    // Wait for claims in progress, and mark every partition's row: once this
+                    // commits, every claim that takes a partition's lock sees the pause, even
+                    // one that started before and waited for the lock (it reads the row as
+                    // this left it, the other tables as of its start: migration 5).
                     tx.execute(
-                        &format!("SELECT 1 FROM {schema}.partitions WHERE queue = $1 FOR UPDATE"),
+                        &format!("UPDATE {schema}.partitions SET paused = true WHERE queue = $1"),
                         &[&name],
                     )
                     .await?;
                 } else {
                     tx.execute(
                         &format!("DELETE FROM {schema}.paused WHERE queue = $1"),
+                        &[&name],
+                    )
+                    .await?;
+                    tx.execute(
+                        &format!("UPDATE {schema}.partitions SET paused = false WHERE queue = $1"),
                         &[&name],
                     )
                     .await?;
