@@ -247,15 +247,7 @@ impl Database {
         let started = Instant::now();
         let mut attempt = 1;
         loop {
-            let span = tracing::debug_span!("postgres", operation, attempt);
-            let result = async {
-                let client = self.client(operation).await?;
-                let result = work(&client).await;
-                self.finish(operation, client, result, attempt)
-            }
-            .instrument(span)
-            .await;
-            match result {
+            match self.attempt(operation, attempt, &mut work).await {
                 Err(error)
                     if self
                         .pause_before_retry(operation, started, attempt, &error)
@@ -281,11 +273,24 @@ impl Database {
                 -> BoxFuture<'c, std::result::Result<T, tokio_postgres::Error>>
             + Send,
     {
-        let span = tracing::debug_span!("postgres", operation, attempt = 1);
+        self.attempt(operation, 1, work).await
+    }
+
+    /// One attempt of `work` on a pooled connection (numbered `attempt` in its span).
+    async fn attempt<T, F>(&self, operation: &'static str, attempt: u32, work: F) -> Result<T>
+    where
+        T: Send,
+        F: for<'c> FnOnce(
+                &'c Object,
+            )
+                -> BoxFuture<'c, std::result::Result<T, tokio_postgres::Error>>
+            + Send,
+    {
+        let span = tracing::debug_span!("postgres", operation, attempt);
         async {
             let client = self.client(operation).await?;
             let result = work(&client).await;
-            self.finish(operation, client, result, 1)
+            self.finish(operation, client, result, attempt)
         }
         .instrument(span)
         .await

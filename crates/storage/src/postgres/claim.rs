@@ -16,12 +16,10 @@
 //! exist yet (it answers no row, and the transaction makes the row). The conformance suite
 //! holds both to the same cases.
 
-use bytes::Bytes;
-
-use super::partition::{beyond, stored_traceparent};
+use super::partition::{beyond, claimed_task};
 use super::{from_db, from_layer, to_db, PostgresStore};
 use crate::error::StorageResult;
-use crate::model::{ClaimBatch, ClaimedTask, LeaseToken, Partition, TaskId};
+use crate::model::{ClaimBatch, Partition, TaskId};
 
 impl PostgresStore {
     /// The claim of [`TaskStore::claim_due`](crate::TaskStore::claim_due) in one statement;
@@ -90,22 +88,8 @@ impl PostgresStore {
             let Ok(id) = TaskId::new(id) else {
                 continue;
             };
-            let generation = from_db(row.get(6));
             let claim = from_db(row.get(9));
-            tasks.push(ClaimedTask {
-                token: LeaseToken {
-                    partition: partition.clone(),
-                    id: id.clone(),
-                    generation,
-                    claim,
-                },
-                id,
-                due_ms: from_db(row.get(4)),
-                attempt: u32::try_from(row.get::<_, i32>(5)).unwrap_or(0),
-                generation,
-                payload: Bytes::from(row.get::<_, Vec<u8>>(7)),
-                traceparent: stored_traceparent(row.get(8)),
-            });
+            tasks.push(claimed_task(partition, id, row, 3, row.get(7), claim));
         }
         Ok(Some(ClaimBatch {
             tasks,

@@ -78,6 +78,33 @@ pub(super) fn stored_traceparent(value: Option<&str>) -> Option<TraceParent> {
     TraceParent::parse(value?).ok()
 }
 
+/// A claimed task from a row whose columns from `at` on are id, due_ms, attempt, generation,
+/// payload, traceparent (the id and the payload already read), with its claim number.
+pub(super) fn claimed_task(
+    partition: &Partition,
+    id: TaskId,
+    row: &Row,
+    at: usize,
+    payload: Vec<u8>,
+    claim: u64,
+) -> ClaimedTask {
+    let generation = from_db(row.get(at + 3));
+    ClaimedTask {
+        token: LeaseToken {
+            partition: partition.clone(),
+            id: id.clone(),
+            generation,
+            claim,
+        },
+        id,
+        due_ms: from_db(row.get(at + 1)),
+        attempt: u32::try_from(row.get::<_, i32>(at + 2)).unwrap_or(0),
+        generation,
+        payload: Bytes::from(payload),
+        traceparent: stored_traceparent(row.get(at + 5)),
+    }
+}
+
 /// A done record.
 struct DoneRow {
     due_ms: u64,
@@ -502,21 +529,7 @@ impl<'t, 'x> Part<'t, 'x> {
             };
             bytes += payload.len();
             let claim = self.next_sequence();
-            let generation = from_db(row.get(3));
-            tasks.push(ClaimedTask {
-                token: LeaseToken {
-                    partition: partition.clone(),
-                    id: id.clone(),
-                    generation,
-                    claim,
-                },
-                id,
-                due_ms: from_db(row.get(1)),
-                attempt: u32::try_from(row.get::<_, i32>(2)).unwrap_or(0),
-                generation,
-                payload: Bytes::from(payload),
-                traceparent: stored_traceparent(row.get(5)),
-            });
+            tasks.push(claimed_task(partition, id, &row, 0, payload, claim));
         }
         let next_due_ms = if tasks.is_empty() {
             self.first_time(&self.sql.next_due, &[]).await?

@@ -12,6 +12,17 @@ use crate::recurring::{
     recurring_shard, RecurringStore, ShardLook, StoredSchedule, TickOutcome, RECURRING_SHARDS,
 };
 
+/// `shard` exists, or the error of a look at one that does not.
+fn valid_shard(shard: u32) -> StorageResult<()> {
+    if shard >= RECURRING_SHARDS {
+        return Err(StorageError::Backend {
+            operation: "recurring_due",
+            message: format!("no recurring shard {shard} (there are {RECURRING_SHARDS})"),
+        });
+    }
+    Ok(())
+}
+
 fn stored(row: &Row) -> StoredSchedule {
     let tick: Option<i64> = row.get(2);
     let fired: Option<i64> = row.get(3);
@@ -140,12 +151,7 @@ impl RecurringStore for PostgresStore {
         until_ms: u64,
         limit: usize,
     ) -> StorageResult<ShardLook> {
-        if shard >= RECURRING_SHARDS {
-            return Err(StorageError::Backend {
-                operation: "recurring_due",
-                message: format!("no recurring shard {shard} (there are {RECURRING_SHARDS})"),
-            });
-        }
+        valid_shard(shard)?;
         let schema = self.inner.database.schema().clone();
         let shard = i32::try_from(shard).unwrap_or(0);
         let until = to_db(until_ms);
@@ -196,11 +202,8 @@ impl RecurringStore for PostgresStore {
         until_ms: u64,
         limit: usize,
     ) -> StorageResult<Vec<ShardLook>> {
-        if let Some(&shard) = shards.iter().find(|&&shard| shard >= RECURRING_SHARDS) {
-            return Err(StorageError::Backend {
-                operation: "recurring_due",
-                message: format!("no recurring shard {shard} (there are {RECURRING_SHARDS})"),
-            });
+        for &shard in shards {
+            valid_shard(shard)?;
         }
         // One statement for every shard (the driver looks at all of its shards every pull
         // period): each shard's schedule count, next tick after `until` and whether anything

@@ -143,7 +143,8 @@ impl PostgresStore {
         .await
     }
 
-    /// Acks `tokens` of `partition` in one transaction; one result per token, in order.
+    /// Acks `tokens` of `partition`: one statement, and one transaction for the tokens it did
+    /// not complete; one result per token, in order.
     async fn ack_batch(
         &self,
         partition: Partition,
@@ -155,59 +156,32 @@ impl PostgresStore {
         // get the full check in the partition's transaction. The statement may run twice (a
         // lost reply is tried again): a token it completed the first time is answered by the
         // full check the second, as a repeated ack is.
-        let mut completed = match self.ack_at_once(&partition, &tokens, retention).await {
-            Ok(completed) => completed,
+        let mut held = match self.ack_at_once(&partition, &tokens, retention).await {
+            Ok(held) => held,
             Err(error) => return tokens.iter().map(|_| Err(error.copy_for("ack"))).collect(),
         };
         // A token sent twice in one batch is completed once; its repeat gets the full check.
-        let mut outcomes: Vec<Option<StorageResult<AckOutcome>>> = tokens
+        let completed: Vec<bool> = tokens
             .iter()
-            .map(|token| {
-                completed
-                    .remove(&key_of(token))
-                    .then_some(Ok(AckOutcome::Completed))
-            })
+            .map(|token| held.remove(&key_of(token)))
             .collect();
         let rest: Vec<LeaseToken> = tokens
             .iter()
-            .zip(&outcomes)
-            .filter(|(_, outcome)| outcome.is_none())
+            .zip(&completed)
+            .filter(|(_, &done)| !done)
             .map(|(token, _)| token.clone())
             .collect();
-        if !rest.is_empty() {
-            let owned = rest.clone();
-            let checked = self
-                .in_partition("ack", &partition, move |part| {
-                    let tokens = owned.clone();
-                    Box::pin(async move { part.ack_many(&tokens, retention).await })
-                })
-                .await;
-            let mut answers: Vec<StorageResult<AckOutcome>> = match checked {
-                Ok(checked) => checked
-                    .into_iter()
-                    .zip(&rest)
-                    .map(|(outcome, token)| match outcome {
-                        Ok(true) => Ok(AckOutcome::Completed),
-                        Ok(false) => Ok(AckOutcome::Superseded),
-                        Err(refused) => Err(stale(token)(refused)),
-                    })
-                    .collect(),
-                Err(error) => rest
-                    .iter()
-                    .map(|_| Err(error.copy_for("ack")))
-                    .collect::<Vec<_>>(),
-            }
+        let mut checked = self
+            .ack_checked(&partition, rest, retention)
+            .await
+            .into_iter();
+        completed
             .into_iter()
-            .rev()
-            .collect();
-            for outcome in outcomes.iter_mut().filter(|outcome| outcome.is_none()) {
-                *outcome = answers.pop();
-            }
-        }
-        outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.unwrap_or_else(|| {
+            .map(|done| {
+                if done {
+                    return Ok(AckOutcome::Completed);
+                }
+                checked.next().unwrap_or_else(|| {
                     Err(StorageError::Backend {
                         operation: "ack",
                         message: "an ack was not answered".to_owned(),
@@ -215,6 +189,38 @@ impl PostgresStore {
                 })
             })
             .collect()
+    }
+
+    /// The full check of each of `tokens` in the partition's transaction (a superseded,
+    /// cancelled or stale lease, a repeated ack), in their order.
+    async fn ack_checked(
+        &self,
+        partition: &Partition,
+        tokens: Vec<LeaseToken>,
+        retention: u64,
+    ) -> Vec<StorageResult<AckOutcome>> {
+        if tokens.is_empty() {
+            return Vec::new();
+        }
+        let owned = tokens.clone();
+        let checked = self
+            .in_partition("ack", partition, move |part| {
+                let tokens = owned.clone();
+                Box::pin(async move { part.ack_many(&tokens, retention).await })
+            })
+            .await;
+        match checked {
+            Ok(checked) => checked
+                .into_iter()
+                .zip(&tokens)
+                .map(|(outcome, token)| match outcome {
+                    Ok(true) => Ok(AckOutcome::Completed),
+                    Ok(false) => Ok(AckOutcome::Superseded),
+                    Err(refused) => Err(stale(token)(refused)),
+                })
+                .collect(),
+            Err(error) => tokens.iter().map(|_| Err(error.copy_for("ack"))).collect(),
+        }
     }
 
     /// Completes, in one statement, the tokens that still hold their task's lease; returns
