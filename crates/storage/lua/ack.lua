@@ -1,10 +1,12 @@
 -- ack.lua: handlers succeeded; completes each task whose token still holds its lease, in one
 -- or more partitions.
 -- For each partition k = 0, 1, ... (several share a call only on a single master):
--- KEYS[4k+1]: tasks      HASH id -> record
--- KEYS[4k+2]: inflight   ZSET id -> lease deadline
--- KEYS[4k+3]: done       ZSET id -> completed_ms
--- KEYS[4k+4]: traces     HASH id -> traceparent: a completed task's is dropped
+-- KEYS[7k+1]: tasks      HASH id -> record
+-- KEYS[7k+2]: inflight   ZSET id -> lease deadline
+-- KEYS[7k+3]: done       ZSET id -> completed_ms
+-- KEYS[7k+4]: traces     HASH id -> traceparent: a completed task's is dropped
+-- KEYS[7k+5..7k+7]: due, flow, parked: a task that held a slot of its flow key gives it
+--             back, and the key's next parked task goes back to `due` (flow.lua)
 -- ARGV[1]: executed retention in ms (0: no done entry is kept, the record is deleted)
 -- then for each partition, in order: the count n of its tokens, then n times: id,
 -- generation, claim
@@ -48,9 +50,11 @@ local function done_record_of(raw, errlen, err_at)
   return encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, '', '')
 end
 
-local function ack_partition(tasks_key, inflight_key, done_key, traces_key, base, count)
+local function ack_partition(tasks_key, inflight_key, done_key, traces_key, fc, base, count)
   -- The tasks that ended here (completed, or cancelled while they ran): their traces go.
   local ended = {}
+  -- Whether any task of the partition holds or waits for a flow key (asked once).
+  local flowing = redis.call('EXISTS', fc.flow) == 1
   local ids = {}
   for i = 1, count do
     ids[i] = ARGV[base + 3 * i - 2]
@@ -148,6 +152,9 @@ local function ack_partition(tasks_key, inflight_key, done_key, traces_key, base
       end
     end
     out[nout + k] = verdict
+    if flowing and verdict ~= 'L' and string.sub(verdict, 1, 1) ~= 'X' then
+      flow_release(fc, id, gen)
+    end
   end
   write()
   if #ended > 0 and redis.call('EXISTS', traces_key) == 1 then
@@ -157,9 +164,10 @@ local function ack_partition(tasks_key, inflight_key, done_key, traces_key, base
 end
 
 local base = 2
-for k = 0, #KEYS / 4 - 1 do
+for k = 0, #KEYS / 7 - 1 do
   local count = tonumber(ARGV[base])
-  ack_partition(KEYS[4 * k + 1], KEYS[4 * k + 2], KEYS[4 * k + 3], KEYS[4 * k + 4], base, count)
+  local fc = { due = KEYS[7 * k + 5], flow = KEYS[7 * k + 6], parked = KEYS[7 * k + 7] }
+  ack_partition(KEYS[7 * k + 1], KEYS[7 * k + 2], KEYS[7 * k + 3], KEYS[7 * k + 4], fc, base, count)
   base = base + 1 + 3 * count
 end
 return out

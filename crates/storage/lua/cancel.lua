@@ -4,6 +4,8 @@
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: dead       ZSET id -> failed_ms
 -- KEYS[5]: traces     HASH id -> traceparent: a cancelled task's is dropped
+-- KEYS[6], KEYS[7]: flow, parked (flow.lua): a parked task is pending too; a cancelled
+--          task's hold on its flow key ends, and a representative passes its turn on
 -- ARGV[1]: id
 -- Returns: 1 cancelled: a pending task (also one waiting for a retry, or scheduled again
 --            while an older claim ran) or a dead letter was removed, with any in-flight entry;
@@ -17,7 +19,20 @@
 local due_key, tasks_key, inflight_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local traces_key = KEYS[5]
 local id = ARGV[1]
-if redis.call('ZREM', due_key, id) + redis.call('ZREM', dead_key, id) > 0 then
+local fc = { due = due_key, flow = KEYS[6], parked = KEYS[7] }
+local flowing = redis.call('EXISTS', fc.flow) == 1
+local removed = redis.call('ZREM', due_key, id) + redis.call('ZREM', dead_key, id)
+if flowing and (flow_remove(fc, id) or removed > 0) then
+  removed = removed + 1
+  -- Only this record's hold (a FIFO task waiting for its retry): an older run of the id
+  -- keeps its own until it ends.
+  local raw = redis.call('HGET', tasks_key, id)
+  local gen = raw and string.match(raw, '^%d+|(%d+)|')
+  if gen then
+    flow_release(fc, id, gen)
+  end
+end
+if removed > 0 then
   redis.call('ZREM', inflight_key, id)
   redis.call('HDEL', tasks_key, id)
   redis.call('HDEL', traces_key, id)

@@ -1,23 +1,30 @@
 -- claim_due.lua: moves up to `limit` due tasks of each of one or more partitions from pending
 -- to in flight.
--- For each partition k = 0, 1, ... (7 keys and 5 arguments each):
--- KEYS[7k+1]: due        ZSET id -> due_ms
--- KEYS[7k+2]: tasks      HASH id -> record
--- KEYS[7k+3]: inflight   ZSET id -> lease deadline
--- KEYS[7k+4]: dead       ZSET id -> failed_ms
--- KEYS[7k+5]: receipt    STRING: the latest claim of the partition (see recover_claim.lua)
--- KEYS[7k+6]: paused     STRING: exists while the queue is paused (guarantee 11); then nothing
+-- For each partition k = 0, 1, ... (11 keys and 9 arguments each):
+-- KEYS[11k+1]: due        ZSET id -> due_ms
+-- KEYS[11k+2]: tasks      HASH id -> record
+-- KEYS[11k+3]: inflight   ZSET id -> lease deadline
+-- KEYS[11k+4]: dead       ZSET id -> failed_ms
+-- KEYS[11k+5]: receipt    STRING: the latest claim of the partition (see recover_claim.lua)
+-- KEYS[11k+6]: paused     STRING: exists while the queue is paused (guarantee 11); then nothing
 --             is claimed and the partition's reply is { false, -1 }
--- KEYS[7k+7]: traces     HASH id -> traceparent (see schedule.lua)
--- ARGV[5k+1]: now_ms of the caller: tasks with due <= min(now_ms, Redis TIME) are taken,
+-- KEYS[11k+7]: traces     HASH id -> traceparent (see schedule.lua)
+-- KEYS[11k+8..11k+11]: flow, parked, fires, fire_times: the flow-key state (flow.lua), used
+--             only when the partition's per-key limits are given
+-- ARGV[9k+1]: now_ms of the caller: tasks with due <= min(now_ms, Redis TIME) are taken,
 --             oldest due first, so a caller whose clock runs ahead never fires early
 --             (guarantee 9)
--- ARGV[5k+2]: limit
--- ARGV[5k+3]: lease deadline in ms
--- ARGV[5k+4]: owner (the claiming node), kept in the receipt
--- ARGV[5k+5]: most payload bytes to return (headers and last errors do not count), counting
+-- ARGV[9k+2]: limit
+-- ARGV[9k+3]: lease deadline in ms
+-- ARGV[9k+4]: owner (the claiming node), kept in the receipt
+-- ARGV[9k+5]: most payload bytes to return (headers and last errors do not count), counting
 --             those of the partitions before it in the call; at least one due task of each
 --             partition is always taken
+-- ARGV[9k+6..9k+9]: the queue's per-key limits, when it has flow keys: slots of one key (0:
+--             none), fires of one key per period (0: none), the period in ms, '1' for FIFO
+--             order. With any of them, a due task of a keyed id whose key has no free slot
+--             is parked, and one whose key used up its rate waits in `due` until it may
+--             fire; up to 256 such tasks beyond `limit` are looked at per claim (flow.lua).
 -- Returns: one reply per partition, in order, each { next pending due (string) or false,
 --   count of claimed tasks, traces, id1, record1, ..., then for each record moved to the dead
 --   letters: id, reason }. `traces` is false when the partition holds none, else one entry
@@ -42,7 +49,7 @@ local now_us_text = string.format('%d', now_us)
 local spent = 0
 
 local function claim_partition(k)
-  local key, arg = 7 * k, 5 * k
+  local key, arg = 11 * k, 9 * k
   local due_key, tasks_key, inflight_key = KEYS[key + 1], KEYS[key + 2], KEYS[key + 3]
   local dead_key, receipt_key, paused_key = KEYS[key + 4], KEYS[key + 5], KEYS[key + 6]
   local traces_key = KEYS[key + 7]
@@ -54,8 +61,31 @@ local function claim_partition(k)
   local now_ms = math.min(tonumber(ARGV[arg + 1]), math.floor(now_us / 1000))
   local limit = tonumber(ARGV[arg + 2])
   local upto = string.format('%d', now_ms)
+  -- The per-key limits (nil: none) and the flow context.
+  local lim, fc = nil, nil
+  local slots, rate, period = tonumber(ARGV[arg + 6]), tonumber(ARGV[arg + 7]), tonumber(ARGV[arg + 8])
+  if slots > 0 or rate > 0 or ARGV[arg + 9] == '1' then
+    lim = { slots = slots > 0 and slots or nil, rate = rate > 0 and rate or nil, period = period,
+      fifo = ARGV[arg + 9] == '1' }
+    if lim.fifo then
+      lim.slots = 1
+    end
+    fc = { due = due_key, flow = KEYS[key + 8], parked = KEYS[key + 9], fires = KEYS[key + 10],
+      fire_times = KEYS[key + 11] }
+    if lim.rate then
+      -- The fires of keys idle for a period, a few per claim (the rest on the next ones).
+      flow_forget_idle_fires(fc, now_ms - period + 1, 16)
+    end
+  end
+  -- Tasks put back into `due` by this claim (representatives, unparked ones): added after
+  -- the taken ones are removed by rank.
+  local later = {}
+  local fetch = limit
+  if lim then
+    fetch = limit + 256
+  end
   -- ids[i], and scores[i] unless one due holds them all (then `common`).
-  local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', upto, 'LIMIT', 0, limit)
+  local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', upto, 'LIMIT', 0, fetch)
   local n = #ids
   local scores, common = nil, nil
   if n > 0 then
@@ -82,6 +112,10 @@ local function claim_partition(k)
     local last = math.min(first + chunk - 1, n)
     local raws = redis.call('HMGET', tasks_key, unpack(ids, first, last))
     for j = 1, last - first + 1 do
+      if claimed >= limit then
+        full = true
+        break
+      end
       local raw = raws[j]
       local gen, attempt, claim, due, sched_at, errlen, err_at
       -- The budget counts payload bytes, as the memory backend does: not the header, not the
@@ -122,6 +156,28 @@ local function claim_partition(k)
         elseif gen == '0' then
           forget[#forget + 1] = id
         else
+          local flow_key = lim and flow_key_of(id)
+          local verdict, free_at = 'run', nil
+          if flow_key then
+            verdict, free_at = flow_admit(fc, id, flow_key, gen, now_ms, lim)
+            if verdict == 'park' then
+              if redis.call('HGET', fc.flow, 'w' .. flow_key) == id then
+                redis.call('HDEL', fc.flow, 'w' .. flow_key)
+              end
+              flow_park(fc, flow_key, id, score)
+            elseif verdict == 'wait' then
+              later[#later + 1] = { string.format('%d', free_at), id }
+              if due == '' then
+                -- Its score moves to the time its key may fire: the record keeps its due
+                -- (as a requeued one does), so the fire reports the wait as lateness.
+                records[nrec + 1] = id
+                records[nrec + 2] = '1|' .. gen .. '|' .. attempt .. '|' .. claim .. '|' .. score
+                  .. '|' .. string.sub(raw, sched_at)
+                nrec = nrec + 2
+              end
+            end
+          end
+          if verdict == 'run' then
           if claim ~= '' and tonumber(claim) >= now_us then
             claim = string.format('%d', tonumber(claim) + 1)
           else
@@ -145,6 +201,10 @@ local function claim_partition(k)
           receipt[nreceipt + 2] = claim
           nreceipt = nreceipt + 2
           claimed = claimed + 1
+          if flow_key then
+            flow_unpark_spare(fc, flow_key, lim, later)
+          end
+          end
         end
       end
     end
@@ -155,6 +215,9 @@ local function claim_partition(k)
   if taken > 0 then
     -- ZRANGEBYSCORE from -inf returned the first members by rank: drop those taken by rank.
     redis.call('ZREMRANGEBYRANK', due_key, 0, taken - 1)
+  end
+  for _, entry in ipairs(later) do
+    redis.call('ZADD', due_key, entry[1], entry[2])
   end
   if nrec > 0 then
     call_in_chunks('HSET', tasks_key, records)
@@ -193,7 +256,7 @@ local function claim_partition(k)
 end
 
 local replies = {}
-for k = 0, #KEYS / 7 - 1 do
+for k = 0, #KEYS / 11 - 1 do
   replies[k + 1] = claim_partition(k)
 end
 return replies

@@ -3,6 +3,8 @@
 -- KEYS[2]: tasks      HASH id -> record
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: dead       ZSET id -> failed_ms
+-- KEYS[5], KEYS[6]: flow, parked: the task's hold on a slot of its flow key ends with a
+--          dead letter, and with a retry unless the hold lasts through retries (FIFO)
 -- ARGV[1]: id
 -- ARGV[2]: generation of the token
 -- ARGV[3]: claim number of the token
@@ -18,8 +20,13 @@
 local due_key, tasks_key, inflight_key, dead_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id = ARGV[1]
 local verdict, detail, raw = check_token(tasks_key, inflight_key, id, ARGV[2], ARGV[3])
+local fc = { due = due_key, flow = KEYS[5], parked = KEYS[6] }
+local flowing = redis.call('EXISTS', fc.flow) == 1
 local refusal = refuse_token(verdict, detail, id, tasks_key, inflight_key, { 'superseded' })
 if refusal then
+  if flowing and (verdict == 'superseded' or verdict == 'cancelled') then
+    flow_release(fc, id, ARGV[2])
+  end
   return refusal
 end
 
@@ -42,7 +49,13 @@ if ARGV[5] == 'retry' or ARGV[5] == 'requeue' then
   -- Pending again: the due is implicit (the score), the scheduled due stays the dedup key.
   redis.call('HSET', tasks_key, id, encode_record(rec.gen, attempt, rec.claim, '', sched, ARGV[4], payload))
   redis.call('ZADD', due_key, due, id)
+  if flowing then
+    flow_release_for_retry(fc, id, ARGV[2])
+  end
   return { 'retrying', attempt, due }
+end
+if flowing then
+  flow_release(fc, id, ARGV[2])
 end
 redis.call('HSET', tasks_key, id, encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, ARGV[4], payload))
 redis.call('ZADD', dead_key, redis_now_ms(), id)

@@ -5,6 +5,7 @@
 -- KEYS[4]: dead       ZSET id -> failed_ms
 -- KEYS[5]: done       ZSET id -> completed_ms
 -- KEYS[6]: traces     HASH id -> traceparent (absent while the partition holds none)
+-- KEYS[7]: flow       HASH (flow.lua): a parked task is pending at the time kept there
 -- ARGV[1]: id
 -- ARGV[2]: executed retention in ms (a done entry older than this, by Redis TIME, is not reported)
 -- Returns: nil, or { raw record, state, score, traceparent or false } with state 'pending'
@@ -24,6 +25,10 @@ end
 local score = redis.call('ZSCORE', KEYS[1], id)
 if score then
   return live('pending', score)
+end
+score = redis.call('HGET', KEYS[7], 'p' .. id)
+if score then
+  return live('pending', string.format('%d', tonumber(score)))
 end
 score = redis.call('ZSCORE', KEYS[3], id)
 if score then

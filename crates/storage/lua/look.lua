@@ -6,6 +6,8 @@
 -- KEYS[2]: tasks      HASH id -> record
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: done       ZSET id -> completed_ms
+-- KEYS[5], KEYS[6]: flow, parked (flow.lua): the holds of requeued tasks end, and a flow key
+--          whose parked tasks wait for a release that cannot come is repaired
 -- ARGV[1]: now_ms of the caller; leases are judged at min(now_ms, Redis TIME) (guarantee 9)
 -- ARGV[2]: end of the prefetch window (ms): pending tasks due at or before it are returned
 -- ARGV[3]: the most window entries returned
@@ -17,14 +19,18 @@
 --            earliest lease deadline still in flight or false }
 
 local due_key, tasks_key, inflight_key, done_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local fc = { due = due_key, flow = KEYS[5], parked = KEYS[6] }
 -- Each step reads the head of its set first, so that a look at an idle partition (nothing in
 -- flight, nothing due within the window) runs three reads and nothing else.
 local requeued = {}
 local lease = redis.call('ZRANGE', inflight_key, 0, 0, 'WITHSCORES')
 if #lease == 2 and tonumber(lease[2]) < tonumber(ARGV[1]) then
   local now = string.format('%d', math.min(tonumber(ARGV[1]), redis_now_ms()))
-  requeued = requeue_leases(due_key, tasks_key, inflight_key, now, tonumber(ARGV[4]))
+  requeued = requeue_leases(due_key, tasks_key, inflight_key, now, tonumber(ARGV[4]), fc)
   lease = redis.call('ZRANGE', inflight_key, 0, 0, 'WITHSCORES')
+end
+if redis.call('EXISTS', fc.parked) == 1 then
+  flow_repair(fc, 16)
 end
 local earliest_lease = false
 if #lease == 2 then

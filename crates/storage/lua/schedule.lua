@@ -1,13 +1,15 @@
 -- schedule.lua: schedules one or more tasks of one or more partitions (a mode, with dedup).
 -- For each partition k = 0, 1, ... (several share a call only on a single master):
--- KEYS[7k+1]: due        ZSET id -> due_ms of pending tasks
--- KEYS[7k+2]: tasks      HASH id -> record
--- KEYS[7k+3]: inflight   ZSET id -> lease deadline
--- KEYS[7k+4]: done       ZSET id -> completed_ms (executed-set)
--- KEYS[7k+5]: dead       ZSET id -> failed_ms
--- KEYS[7k+6]: ticks      ZSET tick id -> tick ms, the tick ledger (mode 'tick' only)
--- KEYS[7k+7]: traces     HASH id -> W3C traceparent the task was scheduled with (only the
+-- KEYS[9k+1]: due        ZSET id -> due_ms of pending tasks
+-- KEYS[9k+2]: tasks      HASH id -> record
+-- KEYS[9k+3]: inflight   ZSET id -> lease deadline
+-- KEYS[9k+4]: done       ZSET id -> completed_ms (executed-set)
+-- KEYS[9k+5]: dead       ZSET id -> failed_ms
+-- KEYS[9k+6]: ticks      ZSET tick id -> tick ms, the tick ledger (mode 'tick' only)
+-- KEYS[9k+7]: traces     HASH id -> W3C traceparent the task was scheduled with (only the
 --             traced ones: a partition that never saw one has no such key)
+-- KEYS[9k+8], KEYS[9k+9]: flow, parked (flow.lua): a parked task is pending too; replacing
+--             a pending task ends its hold on its flow key and takes it out of the parked set
 -- ARGV[1]: mode, 'upsert', 'if_absent', 'earlier', 'later' or 'tick' (a recurring schedule's
 --          tick: if-absent, and only if the ledger does not have the id yet; the id then
 --          enters the ledger). For a pending id, 'earlier' / 'later' keep it unless the new
@@ -50,7 +52,9 @@ local now_ms = nil
 local out = {}
 local nout = 0
 
-local function schedule_partition(due_key, tasks_key, inflight_key, done_key, dead_key, ticks_key, traces_key, base, count)
+local function schedule_partition(due_key, tasks_key, inflight_key, done_key, dead_key, ticks_key, traces_key, fc, base, count)
+  -- Whether the partition holds or parks tasks of flow keys (asked once, on the per-item path).
+  local flowing = nil
   -- Whether the partition holds traces (asked once, and only when a replaced task might
   -- leave one behind): an untraced partition costs no trace call.
   local traced = nil
@@ -120,6 +124,12 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
       return 'C'
     end
     local pending = redis.call('ZSCORE', due_key, id)
+    if flowing == nil then
+      flowing = redis.call('EXISTS', fc.flow) == 1
+    end
+    if not pending and flowing then
+      pending = flow_parked_at(fc, id)
+    end
     local live = pending or redis.call('ZSCORE', inflight_key, id)
     local dead = false
     if not live then
@@ -162,6 +172,11 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
       verdict = 'R' .. (pending or rec.due)
       if dead then
         redis.call('ZREM', dead_key, id)
+      end
+      if pending and flowing then
+        -- A new task: out of the parked set, and its old self's hold (a FIFO retry) ends.
+        flow_remove(fc, id)
+        flow_release(fc, id, rec.gen)
       end
     else
       verdict = 'C'
@@ -219,10 +234,11 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
 end
 
 local base = 3
-for k = 0, #KEYS / 7 - 1 do
+for k = 0, #KEYS / 9 - 1 do
   local count = tonumber(ARGV[base])
-  schedule_partition(KEYS[7 * k + 1], KEYS[7 * k + 2], KEYS[7 * k + 3], KEYS[7 * k + 4],
-    KEYS[7 * k + 5], KEYS[7 * k + 6], KEYS[7 * k + 7], base, count)
+  local fc = { due = KEYS[9 * k + 1], flow = KEYS[9 * k + 8], parked = KEYS[9 * k + 9] }
+  schedule_partition(KEYS[9 * k + 1], KEYS[9 * k + 2], KEYS[9 * k + 3], KEYS[9 * k + 4],
+    KEYS[9 * k + 5], KEYS[9 * k + 6], KEYS[9 * k + 7], fc, base, count)
   base = base + 1 + 4 * count
 end
 return out

@@ -66,6 +66,45 @@ pub enum StorageError {
         /// The number recorded in the store.
         recorded: u32,
     },
+    /// The queue was first registered with the other `flow_keys` setting.
+    #[error("queue {queue:?} is registered with flow_keys: {recorded}, but flow_keys: {configured} is asked for; the setting is fixed when a queue is first registered (changing it would misroute keyed tasks): use flow_keys: {recorded}, or a new queue")]
+    FlowKeysMismatch {
+        /// The queue.
+        queue: String,
+        /// The setting asked for here.
+        configured: bool,
+        /// The setting recorded in the store.
+        recorded: bool,
+    },
+    /// Per-key limits for a queue without flow keys (its keyed ids are spread over every
+    /// partition, so no claim could keep a key's limit).
+    #[error("queue {queue:?} has per-key limits but is registered without flow_keys: set flow_keys: true on a new queue")]
+    FlowKeysRequired {
+        /// The queue.
+        queue: String,
+    },
+    /// A flow key that cannot be part of an id's `{...}`.
+    #[error("invalid flow key {key:?}: {reason}")]
+    InvalidFlowKey {
+        /// The key given.
+        key: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Per-key limits that cannot be kept (a zero concurrency, rate or period).
+    #[error("invalid per-key limits: {reason}")]
+    InvalidFlowLimits {
+        /// What is wrong with them.
+        reason: &'static str,
+    },
+    /// The backend does not offer this yet.
+    #[error("{what} is not supported by the {backend} backend yet")]
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+        /// The backend.
+        backend: &'static str,
+    },
     /// An invalid partition count (0 or more than 65536).
     #[error("invalid partition count {partitions} for queue {queue:?}: it must be 1..=65536")]
     InvalidPartitionCount {

@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod flow;
 mod hash;
 mod memory;
 mod model;
@@ -43,6 +44,7 @@ mod store;
 mod trace;
 
 pub use error::{StorageError, StorageResult};
+pub use flow::{flow_key_of, FlowLimits, HeldKey, KeyRate, QueueLayout};
 pub use hash::{partition_of, stable_hash};
 pub use memory::MemoryStore;
 pub use model::*;

@@ -547,6 +547,9 @@ pub struct PartitionStats {
     pub dead: u64,
     /// Completed tasks retained for dedup.
     pub done: u64,
+    /// Pending tasks held back by their flow key's limits (counted in `pending` and
+    /// `due_now` too).
+    pub held_back: u64,
 }
 
 impl std::ops::AddAssign for PartitionStats {
@@ -556,6 +559,7 @@ impl std::ops::AddAssign for PartitionStats {
         self.inflight += other.inflight;
         self.dead += other.dead;
         self.done += other.done;
+        self.held_back += other.held_back;
     }
 }
 

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 
 use crate::error::StorageResult;
+use crate::flow::{FlowLimits, HeldKey, QueueLayout};
 use crate::model::{
     AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, LookReport,
     LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome,
@@ -49,10 +50,50 @@ pub type ItemResult = StorageResult<ScheduleOutcome>;
 pub trait TaskStore: RecurringStore + Send + Sync + 'static {
     /// Records the number of partitions of `queue` the first time it is used and returns it;
     /// afterwards fails with `PartitionMismatch` when `partitions` differs from the record.
-    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32>;
+    /// A new queue is registered without flow keys ([`register_layout`](TaskStore::register_layout)
+    /// with `None`).
+    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+        Ok(self
+            .register_layout(queue, partitions, None)
+            .await?
+            .partitions)
+    }
+
+    /// Records the layout of `queue` the first time it is used (`flow_keys: None` registers a
+    /// new queue without flow keys) and returns the recorded one. Afterwards fails with
+    /// `PartitionMismatch` when `partitions` differs from the record, and with
+    /// `FlowKeysMismatch` when `flow_keys` is `Some` and differs from it (a queue registered
+    /// by a release before flow keys has none). Nothing is written then.
+    async fn register_layout(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        flow_keys: Option<bool>,
+    ) -> StorageResult<QueueLayout>;
 
     /// The queues the store knows, with their partition counts, sorted by name.
-    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>>;
+    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+        Ok(self
+            .queue_layouts()
+            .await?
+            .into_iter()
+            .map(|(queue, layout)| (queue, layout.partitions))
+            .collect())
+    }
+
+    /// The queues the store knows, with their layouts, sorted by name.
+    async fn queue_layouts(&self) -> StorageResult<Vec<(QueueName, QueueLayout)>>;
+
+    /// The per-key limits that this store's claims of `queue` apply from now on (each node's
+    /// own configuration, as for the queue-wide limits); [`FlowLimits::default`] turns them
+    /// off. Fails with `FlowKeysRequired` when limits are set for a queue registered without
+    /// flow keys, and `InvalidFlowLimits` for a zero limit. Tasks already holding or parked
+    /// keep their places: a slot freed later releases the next parked task as before.
+    async fn set_flow_limits(&self, queue: &QueueName, limits: FlowLimits) -> StorageResult<()>;
+
+    /// Up to `limit` keys of `partition` holding tasks back, those with the most waiting
+    /// first (ties: by key). Reads only.
+    async fn held_keys(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<HeldKey>>;
 
     /// Schedules one task in `partition` (which must be `partition_of(task.id, partitions)`;
     /// the caller routes).

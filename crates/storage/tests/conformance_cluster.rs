@@ -97,7 +97,8 @@ async fn every_conformance_case_holds_on_a_three_master_cluster() {
     SEEDS
         .set(cluster.seed_urls())
         .expect("one cluster per test binary");
-    let cases: Vec<Case> = conformance_suite!(cases);
+    let mut cases: Vec<Case> = conformance_suite!(cases);
+    cases.extend(flow_conformance_suite!(cases));
     let count = cases.len();
     let started = Instant::now();
     let failures = run_cases(cases, cluster_store).await;

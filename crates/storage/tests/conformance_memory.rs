@@ -13,3 +13,4 @@ fn memory_store(options: StoreOptions) -> SubjectFuture {
 }
 
 conformance_suite!(memory_store);
+flow_conformance_suite!(memory_store);

@@ -34,3 +34,4 @@ fn redis_store(options: StoreOptions) -> SubjectFuture {
 }
 
 conformance_suite!(redis_store);
+flow_conformance_suite!(redis_store);

@@ -177,9 +177,9 @@ async fn queues_of_the_old_registry_key_are_merged_once_on_upgrade() {
 async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
     const TASKS: usize = 40;
     const PAYLOAD: usize = 1_000_000;
-    /// `FCALL name 7 <7 keys> mode retention count`, then 4 arguments per item (id, due,
+    /// `FCALL name 9 <9 keys> mode retention count`, then 4 arguments per item (id, due,
     /// payload, traceparent).
-    const CALL_ARGS: usize = 13;
+    const CALL_ARGS: usize = 15;
     let (server, store) = start().await;
     let mut connection = server.client().get_connection().expect("connect");
     for (name, value) in [
@@ -247,12 +247,12 @@ async fn a_burst_of_large_single_schedules_is_sent_in_calls_under_8_mib() {
             continue;
         };
         let args: Vec<String> = args.iter().map(text).collect();
-        // FCALL (or EVALSHA) name 7 <7 keys> upsert <retention> <count> (id due payload
+        // FCALL (or EVALSHA) name 9 <9 keys> upsert <retention> <count> (id due payload
         // traceparent)...: one partition per call here.
         let is_schedule = args.first().is_some_and(|name| {
             name.eq_ignore_ascii_case("fcall") || name.eq_ignore_ascii_case("evalsha")
-        }) && args.get(2).map(String::as_str) == Some("7")
-            && args.get(10).map(String::as_str) == Some("upsert");
+        }) && args.get(2).map(String::as_str) == Some("9")
+            && args.get(12).map(String::as_str) == Some("upsert");
         if !is_schedule {
             continue;
         }

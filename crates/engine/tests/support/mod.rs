@@ -519,8 +519,35 @@ impl TaskStore for RecordingStore {
     async fn delete_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u64> {
         self.inner.delete_queue(queue, partitions).await
     }
-    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
-        self.inner.register_queue(queue, partitions).await
+    async fn register_layout(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        flow_keys: Option<bool>,
+    ) -> StorageResult<delayq_storage::QueueLayout> {
+        self.inner
+            .register_layout(queue, partitions, flow_keys)
+            .await
+    }
+
+    async fn queue_layouts(&self) -> StorageResult<Vec<(QueueName, delayq_storage::QueueLayout)>> {
+        self.inner.queue_layouts().await
+    }
+
+    async fn set_flow_limits(
+        &self,
+        queue: &QueueName,
+        limits: delayq_storage::FlowLimits,
+    ) -> StorageResult<()> {
+        self.inner.set_flow_limits(queue, limits).await
+    }
+
+    async fn held_keys(
+        &self,
+        partition: &Partition,
+        limit: usize,
+    ) -> StorageResult<Vec<delayq_storage::HeldKey>> {
+        self.inner.held_keys(partition, limit).await
     }
     async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
         self.inner.queues().await

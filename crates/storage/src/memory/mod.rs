@@ -27,6 +27,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::partition::{PartitionState, StaleLease};
 use crate::error::{StorageError, StorageResult};
+use crate::flow::{check_layout, FlowLimits, HeldKey, QueueLayout};
 use crate::model::{
     validate_due, AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken,
     LookReport, LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode,
@@ -82,7 +83,9 @@ pub struct MemoryStore {
 struct Inner {
     options: StoreOptions,
     clock: Clock,
-    queues: RwLock<BTreeMap<QueueName, u32>>,
+    queues: RwLock<BTreeMap<QueueName, QueueLayout>>,
+    /// The per-key limits of queues with flow keys, as `set_flow_limits` gave them.
+    flow_limits: RwLock<HashMap<QueueName, FlowLimits>>,
     partitions: RwLock<HashMap<Partition, Arc<Mutex<PartitionState>>>>,
     /// The recurring schedules (one lock: the shards of the Redis backend are only a way to
     /// spread them over a cluster's masters).
@@ -127,6 +130,7 @@ impl MemoryStore {
                 options,
                 clock,
                 queues: RwLock::new(BTreeMap::new()),
+                flow_limits: RwLock::new(HashMap::new()),
                 partitions: RwLock::new(HashMap::new()),
                 recurring: Mutex::new(BTreeMap::new()),
                 paused: RwLock::new(BTreeMap::new()),
@@ -143,7 +147,7 @@ impl MemoryStore {
     /// Fails with `NoSuchPartition` when the queue is registered with fewer partitions.
     fn check_partition(&self, partition: &Partition) -> StorageResult<()> {
         match self.inner.queues.read().get(&partition.queue) {
-            Some(&partitions) if partition.index >= partitions => {
+            Some(&QueueLayout { partitions, .. }) if partition.index >= partitions => {
                 Err(StorageError::NoSuchPartition {
                     queue: partition.queue.to_string(),
                     index: partition.index,
@@ -314,7 +318,12 @@ impl TaskStore for MemoryStore {
         Ok(removed)
     }
 
-    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+    async fn register_layout(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        flow_keys: Option<bool>,
+    ) -> StorageResult<QueueLayout> {
         if partitions == 0 || partitions > MAX_PARTITIONS {
             return Err(StorageError::InvalidPartitionCount {
                 queue: queue.to_string(),
@@ -322,20 +331,48 @@ impl TaskStore for MemoryStore {
             });
         }
         let mut queues = self.inner.queues.write();
-        let recorded = *queues.entry(queue.clone()).or_insert(partitions);
-        if recorded != partitions {
-            return Err(StorageError::PartitionMismatch {
-                queue: queue.to_string(),
-                configured: partitions,
-                recorded,
-            });
-        }
+        let asked = QueueLayout {
+            partitions,
+            flow_keys: flow_keys.unwrap_or(false),
+        };
+        let recorded = queues.get(queue).copied().unwrap_or(asked);
+        check_layout(queue, &recorded, partitions, flow_keys)?;
+        queues.insert(queue.clone(), recorded);
         Ok(recorded)
     }
 
-    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+    async fn queue_layouts(&self) -> StorageResult<Vec<(QueueName, QueueLayout)>> {
         let queues = self.inner.queues.read();
-        Ok(queues.iter().map(|(name, &n)| (name.clone(), n)).collect())
+        Ok(queues
+            .iter()
+            .map(|(name, layout)| (name.clone(), *layout))
+            .collect())
+    }
+
+    async fn set_flow_limits(&self, queue: &QueueName, limits: FlowLimits) -> StorageResult<()> {
+        limits.validate()?;
+        if !limits.is_unlimited() {
+            let flow_keys = self
+                .inner
+                .queues
+                .read()
+                .get(queue)
+                .is_some_and(|layout| layout.flow_keys);
+            if !flow_keys {
+                return Err(StorageError::FlowKeysRequired {
+                    queue: queue.to_string(),
+                });
+            }
+        }
+        self.inner.flow_limits.write().insert(queue.clone(), limits);
+        Ok(())
+    }
+
+    async fn held_keys(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<HeldKey>> {
+        Ok(match self.existing(partition)? {
+            Some(state) => state.lock().held_keys(limit),
+            None => Vec::new(),
+        })
     }
 
     async fn schedule(
@@ -399,6 +436,13 @@ impl TaskStore for MemoryStore {
             lease_deadline_ms,
             owner,
             max_bytes: self.inner.options.max_claim_bytes,
+            flow: self
+                .inner
+                .flow_limits
+                .read()
+                .get(&partition.queue)
+                .copied()
+                .filter(|limits| !limits.is_unlimited()),
         };
         let batch = state.lock().claim_due(partition, &request);
         tracing::trace!(%partition, owner, claimed = batch.tasks.len(), "claimed due tasks");

@@ -942,6 +942,8 @@ impl<'t, 'x> Part<'t, 'x> {
             inflight: from_db(row.get(2)),
             dead: from_db(row.get(3)),
             done: from_db(row.get(4)),
+            // No per-key limits on this backend yet: nothing is held back.
+            held_back: 0,
         })
     }
 

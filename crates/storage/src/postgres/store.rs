@@ -8,6 +8,7 @@ use futures::future::BoxFuture;
 use super::partition::{Part, StaleLease};
 use super::{from_db, from_layer, to_db, PostgresStore};
 use crate::error::{StorageError, StorageResult};
+use crate::flow::{FlowLimits, HeldKey, QueueLayout};
 use crate::model::{
     validate_due, AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken,
     LookReport, LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode,
@@ -299,70 +300,52 @@ const CLAIM_ATTEMPTS: u32 = 3;
 
 #[async_trait]
 impl TaskStore for PostgresStore {
-    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
-        if partitions == 0 || partitions > MAX_PARTITIONS {
-            return Err(StorageError::InvalidPartitionCount {
-                queue: queue.to_string(),
-                partitions,
+    async fn register_layout(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        flow_keys: Option<bool>,
+    ) -> StorageResult<QueueLayout> {
+        // Flow keys are not built on PostgreSQL yet: a queue here never has them, and asking
+        // for them is refused rather than ignored (keyed ids would be spread over every
+        // partition).
+        if flow_keys == Some(true) {
+            return Err(StorageError::Unsupported {
+                what: "flow_keys",
+                backend: "PostgreSQL",
             });
         }
-        let name = queue.as_str().to_owned();
-        let count = i32::try_from(partitions).unwrap_or(i32::MAX);
-        let recorded: i32 = self
-            .in_transaction("register_queue", move |tx, schema| {
-                let name = name.clone();
-                Box::pin(async move {
-                    tx.execute(
-                        &format!(
-                            "INSERT INTO {schema}.queues (queue, partitions) VALUES ($1, $2) \
-                             ON CONFLICT DO NOTHING"
-                        ),
-                        &[&name, &count],
-                    )
-                    .await?;
-                    let row = tx
-                        .query_one(
-                            &format!("SELECT partitions FROM {schema}.queues WHERE queue = $1"),
-                            &[&name],
-                        )
-                        .await?;
-                    Ok(row.get(0))
-                })
-            })
-            .await?;
-        let recorded = u32::try_from(recorded).unwrap_or(0);
-        if recorded != partitions {
-            return Err(StorageError::PartitionMismatch {
-                queue: queue.to_string(),
-                configured: partitions,
-                recorded,
-            });
-        }
-        Ok(recorded)
+        self.register_partitions(queue, partitions)
+            .await
+            .map(QueueLayout::plain)
     }
 
-    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
-        let rows: Vec<(String, i32)> = self
-            .in_transaction("queues", |tx, schema| {
-                Box::pin(async move {
-                    let rows = tx
-                        .query(
-                            &format!(
-                                "SELECT queue, partitions FROM {schema}.queues ORDER BY queue"
-                            ),
-                            &[],
-                        )
-                        .await?;
-                    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
-                })
-            })
-            .await?;
-        Ok(rows
+    async fn queue_layouts(&self) -> StorageResult<Vec<(QueueName, QueueLayout)>> {
+        Ok(self
+            .registered_queues()
+            .await?
             .into_iter()
-            .filter_map(|(name, partitions)| {
-                Some((QueueName::new(name).ok()?, u32::try_from(partitions).ok()?))
-            })
+            .map(|(queue, partitions)| (queue, QueueLayout::plain(partitions)))
             .collect())
+    }
+
+    async fn set_flow_limits(&self, queue: &QueueName, limits: FlowLimits) -> StorageResult<()> {
+        limits.validate()?;
+        if limits.is_unlimited() {
+            return Ok(());
+        }
+        // No queue of this backend has flow keys (register_layout refuses them).
+        let _ = queue;
+        Err(StorageError::Unsupported {
+            what: "per-key limits (per_key_concurrency, per_key_rate, per_key_order)",
+            backend: "PostgreSQL",
+        })
+    }
+
+    async fn held_keys(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<HeldKey>> {
+        // Nothing is ever held back by a key here (set_flow_limits refuses limits).
+        let _ = (partition, limit);
+        Ok(Vec::new())
     }
 
     async fn schedule(
@@ -956,5 +939,73 @@ impl TaskStore for PostgresStore {
             })
         })
         .await
+    }
+}
+
+impl PostgresStore {
+    async fn register_partitions(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(StorageError::InvalidPartitionCount {
+                queue: queue.to_string(),
+                partitions,
+            });
+        }
+        let name = queue.as_str().to_owned();
+        let count = i32::try_from(partitions).unwrap_or(i32::MAX);
+        let recorded: i32 = self
+            .in_transaction("register_queue", move |tx, schema| {
+                let name = name.clone();
+                Box::pin(async move {
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO {schema}.queues (queue, partitions) VALUES ($1, $2) \
+                             ON CONFLICT DO NOTHING"
+                        ),
+                        &[&name, &count],
+                    )
+                    .await?;
+                    let row = tx
+                        .query_one(
+                            &format!("SELECT partitions FROM {schema}.queues WHERE queue = $1"),
+                            &[&name],
+                        )
+                        .await?;
+                    Ok(row.get(0))
+                })
+            })
+            .await?;
+        let recorded = u32::try_from(recorded).unwrap_or(0);
+        if recorded != partitions {
+            return Err(StorageError::PartitionMismatch {
+                queue: queue.to_string(),
+                configured: partitions,
+                recorded,
+            });
+        }
+        Ok(recorded)
+    }
+
+    async fn registered_queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+        let rows: Vec<(String, i32)> = self
+            .in_transaction("queues", |tx, schema| {
+                Box::pin(async move {
+                    let rows = tx
+                        .query(
+                            &format!(
+                                "SELECT queue, partitions FROM {schema}.queues ORDER BY queue"
+                            ),
+                            &[],
+                        )
+                        .await?;
+                    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+                })
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(name, partitions)| {
+                Some((QueueName::new(name).ok()?, u32::try_from(partitions).ok()?))
+            })
+            .collect())
     }
 }

@@ -31,6 +31,8 @@ impl RedisStore {
             .key(&keys.inflight)
             .key(&keys.dead)
             .key(&keys.traces)
+            .key(&keys.flow)
+            .key(&keys.parked)
             .arg(id.as_str());
         let reply = self
             .invoke_on(&self.producer, &call)
@@ -62,6 +64,7 @@ impl RedisStore {
                     .key(&keys.dead)
                     .key(&keys.done)
                     .key(&keys.traces)
+                    .key(&keys.flow)
                     .arg(id.as_str())
                     .arg(self.options.executed_retention_ms);
                 async move { connection.run_script(&call).await }
@@ -122,19 +125,22 @@ impl RedisStore {
                     .zcount(&keys.due, "-inf", now_ms)
                     .zcard(&keys.inflight)
                     .zcard(&keys.dead)
-                    .zcard(&keys.done);
+                    .zcard(&keys.done)
+                    .zcard(&keys.parked);
                 async move { connection.query_pipeline("stats", &pipe).await }
             })
             .await?;
         match counts[..] {
-            [pending, due_now, inflight, dead, done] => Ok(PartitionStats {
-                pending,
-                due_now,
+            // Parked tasks are pending and due (parked only once due), outside `due`.
+            [pending, due_now, inflight, dead, done, held_back] => Ok(PartitionStats {
+                pending: pending + held_back,
+                due_now: due_now + held_back,
                 inflight,
                 dead,
                 done,
+                held_back,
             }),
-            _ => Err(unexpected_reply("stats", "expected five counts")),
+            _ => Err(unexpected_reply("stats", "expected six counts")),
         }
     }
 

@@ -31,6 +31,7 @@ impl RedisStore {
             limit,
             lease_deadline_ms,
             owner: owner.to_owned(),
+            flow: self.flow_limits.of(&partition.queue),
         };
         self.claims
             .submit_lazily(
@@ -66,11 +67,17 @@ impl RedisStore {
                 .key(&keys.receipt)
                 .key(&keys.paused)
                 .key(&keys.traces)
+                .key(&keys.flow)
+                .key(&keys.parked)
+                .key(&keys.fires)
+                .key(&keys.fire_times)
                 .arg(request.now_ms)
                 .arg(request.limit)
                 .arg(request.lease_deadline_ms)
                 .arg(&request.owner)
                 .arg(self.options.max_claim_bytes);
+            let [slots, rate, period, fifo] = super::flow::claim_args(request.flow.as_ref());
+            call = call.arg(slots).arg(rate).arg(period).arg(fifo);
         }
         let replies = match self.invoke(&call).await {
             Ok(reply) => array(reply).filter(|replies| replies.len() == requests.len()),

@@ -33,6 +33,8 @@ pub(crate) struct ClaimRequest {
     pub(crate) limit: usize,
     pub(crate) lease_deadline_ms: u64,
     pub(crate) owner: String,
+    /// The queue's per-key limits, when it has flow keys and any is set.
+    pub(crate) flow: Option<crate::flow::FlowLimits>,
 }
 
 /// Pauses before the retries of an idempotent read that failed on a transient error.
@@ -83,6 +85,8 @@ pub struct RedisStore {
     pub(crate) registry: Arc<super::registry::RegistryState>,
     /// Waiting for replicas, when asked to.
     pub(crate) replication: Option<Arc<Replication>>,
+    /// The per-key limits the claims apply, per queue (`set_flow_limits`).
+    pub(crate) flow_limits: Arc<super::flow::FlowLimitsByQueue>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -152,6 +156,7 @@ impl RedisStore {
             deadline,
             registry: Arc::default(),
             replication,
+            flow_limits: Arc::default(),
         })
     }
 

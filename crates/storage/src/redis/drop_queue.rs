@@ -64,9 +64,12 @@ impl RedisStore {
                         keys.ticks.into_bytes(),
                         keys.paused.into_bytes(),
                         keys.traces.into_bytes(),
+                        keys.flow.into_bytes(),
+                        keys.fires.into_bytes(),
+                        keys.fire_times.into_bytes(),
                     ];
-                    self.drop_partition(&keys.due, &keys.inflight, &keys.dead, &others)
-                        .await
+                    let counted = [keys.due, keys.inflight, keys.dead, keys.parked];
+                    self.drop_partition(&counted, &others).await
                 }
             })
             .buffer_unordered(DROP_CONCURRENCY)
@@ -79,18 +82,18 @@ impl RedisStore {
     }
 
     /// Runs `drop_partition.lua` on the three task sets and `others` (all of one slot).
+    /// `counted`: the partition's due, inflight, dead and parked sets, whose members are the
+    /// tasks removed.
     async fn drop_partition(
         &self,
-        due: &str,
-        inflight: &str,
-        dead: &str,
+        counted: &[String; 4],
         others: &[Vec<u8>],
     ) -> StorageResult<u64> {
-        self.read_on(&self.producer, OPERATION, due, |connection| {
-            let mut call = ScriptCall::new(&SCRIPTS.drop_partition)
-                .key(due)
-                .key(inflight)
-                .key(dead);
+        self.read_on(&self.producer, OPERATION, &counted[0], |connection| {
+            let mut call = ScriptCall::new(&SCRIPTS.drop_partition);
+            for key in counted {
+                call = call.key(key);
+            }
             for key in others {
                 call = call.key(key.as_slice());
             }
@@ -151,8 +154,8 @@ impl RedisStore {
                 match index {
                     Some(index) => {
                         let named = self.keys(&Partition::new(queue.clone(), index));
-                        self.drop_partition(&named.due, &named.inflight, &named.dead, &keys)
-                            .await
+                        let counted = [named.due, named.inflight, named.dead, named.parked];
+                        self.drop_partition(&counted, &keys).await
                     }
                     // Not a partition: no tasks to count; the keys still share their tag.
                     None => {

@@ -30,6 +30,14 @@ pub(crate) struct PartitionKeys {
     /// `HASH id -> traceparent`: the trace context of the tasks scheduled with one (absent
     /// while none is), dropped when the task completes, is cancelled or purged.
     pub traces: String,
+    /// `HASH`: the holds, representatives and parked times of flow keys (`flow.lua`).
+    pub flow: String,
+    /// `ZSET` (lexicographic): the tasks held back by their flow key's limits.
+    pub parked: String,
+    /// `ZSET` (lexicographic): the fires of each flow key within its rate period.
+    pub fires: String,
+    /// `ZSET key -> latest fire`: to forget the fires of idle keys.
+    pub fire_times: String,
 }
 
 impl PartitionKeys {
@@ -46,6 +54,10 @@ impl PartitionKeys {
             ticks: format!("{base}ticks"),
             paused: format!("{base}paused"),
             traces: format!("{base}traces"),
+            flow: format!("{base}flow"),
+            parked: format!("{base}parked"),
+            fires: format!("{base}fires"),
+            fire_times: format!("{base}fire_times"),
         }
     }
 }

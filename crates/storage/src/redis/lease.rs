@@ -103,6 +103,9 @@ impl RedisStore {
                 .key(&keys.inflight)
                 .key(&keys.done)
                 .key(&keys.traces)
+                .key(&keys.due)
+                .key(&keys.flow)
+                .key(&keys.parked)
                 .arg(members.len());
             for &index in members {
                 let token = &tokens[index];
@@ -163,6 +166,8 @@ impl RedisStore {
             .key(&keys.tasks)
             .key(&keys.inflight)
             .key(&keys.dead)
+            .key(&keys.flow)
+            .key(&keys.parked)
             .arg(token.id.as_str())
             .arg(token.generation)
             .arg(token.claim)
@@ -227,6 +232,8 @@ impl RedisStore {
             .key(&keys.due)
             .key(&keys.tasks)
             .key(&keys.inflight)
+            .key(&keys.flow)
+            .key(&keys.parked)
             .arg(now_ms)
             .arg(limit);
         let reply = self
@@ -256,6 +263,8 @@ impl RedisStore {
             .key(&keys.tasks)
             .key(&keys.inflight)
             .key(&keys.done)
+            .key(&keys.flow)
+            .key(&keys.parked)
             .arg(request.now_ms)
             .arg(request.window_end_ms)
             .arg(request.window_limit.max(1))

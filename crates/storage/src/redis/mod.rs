@@ -89,6 +89,7 @@ mod connection;
 mod controls;
 mod drop_queue;
 mod error_map;
+mod flow;
 mod keys;
 mod lease;
 mod record;

@@ -1,4 +1,9 @@
-//! The queue registry: `<prefix>:{cluster}:queues`, `HASH queue -> partition count`.
+//! The queue registry: `<prefix>:{cluster}:queues`, `HASH queue -> layout`.
+//!
+//! A layout is the partition count in decimal (`"16"`), followed by `";flow_keys"` for a
+//! queue with flow keys (`"16;flow_keys"`): a release before flow keys reads such an entry
+//! as a bad one and skips it (with a warning) instead of routing its keyed ids by the
+//! whole id.
 //!
 //! It lives in the coordinator's `{cluster}` slot, so every key delayq writes carries a hash
 //! tag. Releases before that kept it in `<prefix>:queues`; each process merges that old hash
@@ -18,6 +23,7 @@ use parking_lot::Mutex;
 use tokio::sync::OnceCell;
 
 use crate::error::{StorageError, StorageResult};
+use crate::flow::{check_layout, QueueLayout};
 use crate::model::QueueName;
 
 use super::connection::RedisStore;
@@ -44,7 +50,7 @@ pub(crate) struct RegistryState {
 struct CachedRegistry {
     version: Option<u64>,
     read_at: std::time::Instant,
-    queues: Vec<(QueueName, u32)>,
+    queues: Vec<(QueueName, QueueLayout)>,
 }
 
 /// The longest a cached read of the registry is reused although the version counter did not
@@ -53,7 +59,12 @@ struct CachedRegistry {
 const REGISTRY_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl RedisStore {
-    pub(crate) async fn register(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
+    pub(crate) async fn register(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        flow_keys: Option<bool>,
+    ) -> StorageResult<QueueLayout> {
         const OPERATION: &str = "register_queue";
         if partitions == 0 || partitions > MAX_PARTITIONS {
             return Err(StorageError::InvalidPartitionCount {
@@ -73,28 +84,25 @@ impl RedisStore {
                     .key(&key)
                     .key(&version)
                     .arg(queue.as_str())
-                    .arg(partitions);
+                    .arg(encode_layout(&QueueLayout {
+                        partitions,
+                        flow_keys: flow_keys.unwrap_or(false),
+                    }));
                 async move { Ok(bytes(connection.run_script(&call).await?)) }
             })
             .await?;
-        let recorded = parse_partitions(&recorded.unwrap_or_default()).map_err(|reason| {
+        let recorded = parse_layout(&recorded.unwrap_or_default()).map_err(|reason| {
             StorageError::CorruptRecord {
                 key: key.clone(),
                 field: queue.to_string(),
                 reason,
             }
         })?;
-        if recorded != partitions {
-            return Err(StorageError::PartitionMismatch {
-                queue: queue.to_string(),
-                configured: partitions,
-                recorded,
-            });
-        }
+        check_layout(queue, &recorded, partitions, flow_keys)?;
         Ok(recorded)
     }
 
-    pub(crate) async fn registered_queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+    pub(crate) async fn registered_queues(&self) -> StorageResult<Vec<(QueueName, QueueLayout)>> {
         self.merge_legacy_registry().await?;
         let key = registry_key(&self.prefix);
         // The registry is read again only when its version counter moved since the last
@@ -189,11 +197,34 @@ impl RedisStore {
     }
 }
 
-/// One registry entry as a queue and its partition count, or why it is not one.
-fn parse_entry(name: &[u8], count: &[u8]) -> Result<(QueueName, u32), String> {
+/// One registry entry as a queue and its layout, or why it is not one.
+fn parse_entry(name: &[u8], layout: &[u8]) -> Result<(QueueName, QueueLayout), String> {
     let name = std::str::from_utf8(name).map_err(|_| "the name is not UTF-8".to_owned())?;
     let queue = QueueName::new(name).map_err(|error| error.to_string())?;
-    Ok((queue, parse_partitions(count)?))
+    Ok((queue, parse_layout(layout)?))
+}
+
+/// A layout as the registry records it.
+fn encode_layout(layout: &QueueLayout) -> String {
+    if layout.flow_keys {
+        format!("{}{FLOW_KEYS_SUFFIX}", layout.partitions)
+    } else {
+        layout.partitions.to_string()
+    }
+}
+
+/// What follows the partition count of a queue with flow keys.
+const FLOW_KEYS_SUFFIX: &str = ";flow_keys";
+
+/// A recorded layout.
+fn parse_layout(raw: &[u8]) -> Result<QueueLayout, String> {
+    match raw.strip_suffix(FLOW_KEYS_SUFFIX.as_bytes()) {
+        Some(count) => Ok(QueueLayout {
+            partitions: parse_partitions(count)?,
+            flow_keys: true,
+        }),
+        None => Ok(QueueLayout::plain(parse_partitions(raw)?)),
+    }
 }
 
 /// A recorded partition count.
@@ -212,7 +243,23 @@ fn parse_partitions(raw: &[u8]) -> Result<u32, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_entry, parse_partitions};
+    use super::{encode_layout, parse_entry, parse_layout, parse_partitions};
+    use crate::flow::QueueLayout;
+
+    #[test]
+    fn layouts_read_back_as_written() {
+        for layout in [
+            QueueLayout::plain(16),
+            QueueLayout {
+                partitions: 7,
+                flow_keys: true,
+            },
+        ] {
+            assert_eq!(parse_layout(encode_layout(&layout).as_bytes()), Ok(layout));
+        }
+        assert_eq!(encode_layout(&QueueLayout::plain(16)), "16");
+        assert!(parse_layout(b"16;other").is_err());
+    }
 
     #[test]
     fn entries_are_checked_field_by_field() {

@@ -323,7 +323,7 @@ impl RedisStore {
     }
 }
 
-/// `schedule.lua` with `mode`, retention, then per partition (its seven keys) the count of its
+/// `schedule.lua` with `mode`, retention, then per partition (its nine keys) the count of its
 /// tasks and their `(<id> <due> <payload> <traceparent or ''>)`s.
 pub(crate) fn schedule_call<'a>(
     groups: &[(&PartitionKeys, Vec<&NewTask>)],
@@ -342,6 +342,8 @@ pub(crate) fn schedule_call<'a>(
             .key(&keys.dead)
             .key(&keys.ticks)
             .key(&keys.traces)
+            .key(&keys.flow)
+            .key(&keys.parked)
             .arg(tasks.len());
         for task in tasks {
             call = call

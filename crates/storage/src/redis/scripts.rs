@@ -1,8 +1,8 @@
 //! The Lua scripts, as one Redis Functions library (built and hashed once per process).
 //!
-//! Each `lua/<name>.lua` documents its `KEYS`/`ARGV`/reply on top. Shared code lives in four
+//! Each `lua/<name>.lua` documents its `KEYS`/`ARGV`/reply on top. Shared code lives in five
 //! parts: `record.lua` (the record codec), `lease.lua` (the token check), `util.lua` (clock,
-//! bulk calls) and `sweep.lua` (the lease sweep and the executed-set pruning).
+//! bulk calls), `flow.lua` (flow keys) and `sweep.lua` (the lease sweep and the executed-set pruning).
 //!
 //! With Redis Functions (Redis 7+, the default) the parts are the top level of one library,
 //! `delayq_<hash of the code>`, run once when it is loaded, and each script body is one
@@ -34,7 +34,9 @@ pub(crate) const RECORD: &str = include_str!("../../lua/record.lua");
 const LEASE: &str = include_str!("../../lua/lease.lua");
 /// Clock and bulk-call helpers.
 const UTIL: &str = include_str!("../../lua/util.lua");
-/// The lease sweep and the executed-set pruning; needs [`RECORD`] and [`UTIL`].
+/// Flow keys: holds, parked tasks and per-key rates.
+const FLOW: &str = include_str!("../../lua/flow.lua");
+/// The lease sweep and the executed-set pruning; needs [`RECORD`], [`UTIL`] and [`FLOW`].
 const SWEEP: &str = include_str!("../../lua/sweep.lua");
 
 /// Every script of the Redis backend.
@@ -66,26 +68,26 @@ pub(crate) struct Scripts {
 
 /// The library and its scripts, built and hashed once per process.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let mut library = LibraryBuilder::new(LIBRARY_PREFIX, &[RECORD, LEASE, UTIL, SWEEP]);
+    let mut library = LibraryBuilder::new(LIBRARY_PREFIX, &[RECORD, LEASE, UTIL, FLOW, SWEEP]);
     let bodies: [(&str, &[&str], &str); 21] = [
         (
             "schedule",
-            &[RECORD, UTIL],
+            &[RECORD, UTIL, FLOW],
             include_str!("../../lua/schedule.lua"),
         ),
         (
             "claim_due",
-            &[RECORD, UTIL],
+            &[RECORD, UTIL, FLOW],
             include_str!("../../lua/claim_due.lua"),
         ),
         (
             "ack",
-            &[RECORD, LEASE, UTIL],
+            &[RECORD, LEASE, UTIL, FLOW],
             include_str!("../../lua/ack.lua"),
         ),
         (
             "fail",
-            &[RECORD, LEASE, UTIL],
+            &[RECORD, LEASE, UTIL, FLOW],
             include_str!("../../lua/fail.lua"),
         ),
         (
@@ -95,19 +97,19 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         ),
         (
             "requeue_expired",
-            &[RECORD, UTIL, SWEEP],
+            &[RECORD, UTIL, FLOW, SWEEP],
             include_str!("../../lua/requeue_expired.lua"),
         ),
         (
             "look",
-            &[RECORD, UTIL, SWEEP],
+            &[RECORD, UTIL, FLOW, SWEEP],
             include_str!("../../lua/look.lua"),
         ),
-        ("cancel", &[], include_str!("../../lua/cancel.lua")),
+        ("cancel", &[FLOW], include_str!("../../lua/cancel.lua")),
         ("get", &[], include_str!("../../lua/get.lua")),
         (
             "prune_done",
-            &[RECORD, UTIL, SWEEP],
+            &[RECORD, UTIL, FLOW, SWEEP],
             include_str!("../../lua/prune_done.lua"),
         ),
         ("list_dead", &[], include_str!("../../lua/list_dead.lua")),

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use crate::error::StorageResult;
+use crate::flow::{FlowLimits, HeldKey, QueueLayout};
 use crate::model::{
     AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken, LookReport,
     LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode, ScheduleOutcome,
@@ -15,12 +16,25 @@ use super::connection::RedisStore;
 
 #[async_trait]
 impl TaskStore for RedisStore {
-    async fn register_queue(&self, queue: &QueueName, partitions: u32) -> StorageResult<u32> {
-        self.register(queue, partitions).await
+    async fn register_layout(
+        &self,
+        queue: &QueueName,
+        partitions: u32,
+        flow_keys: Option<bool>,
+    ) -> StorageResult<QueueLayout> {
+        self.register(queue, partitions, flow_keys).await
     }
 
-    async fn queues(&self) -> StorageResult<Vec<(QueueName, u32)>> {
+    async fn queue_layouts(&self) -> StorageResult<Vec<(QueueName, QueueLayout)>> {
         self.registered_queues().await
+    }
+
+    async fn set_flow_limits(&self, queue: &QueueName, limits: FlowLimits) -> StorageResult<()> {
+        self.keep_flow_limits(queue, limits).await
+    }
+
+    async fn held_keys(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<HeldKey>> {
+        self.read_held_keys(partition, limit).await
     }
 
     async fn schedule(

@@ -17,6 +17,7 @@ pub mod claim;
 pub mod controls;
 pub mod dead;
 pub mod dedup;
+pub mod flow;
 pub mod input;
 pub mod lease;
 pub mod look;

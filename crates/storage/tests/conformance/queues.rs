@@ -132,6 +132,7 @@ pub async fn stats_count_pending_due_now_inflight_dead_and_done(make: Make) {
         inflight: 1,
         dead: 1,
         done: 2,
+        held_back: 0,
     };
     assert_eq!(stats, expected);
     assert_eq!(store.stats(&p, T0 + 1).await.expect("stats").due_now, 3);

@@ -19,12 +19,14 @@ impl PartitionState {
 
     /// The partition's counts.
     pub(in crate::memory) fn stats(&self, now_ms: u64) -> PartitionStats {
+        let held_back = self.parked_count();
         PartitionStats {
-            pending: self.due.len() as u64,
-            due_now: self.due.range(0, now_ms).count() as u64,
+            pending: self.due.len() as u64 + held_back,
+            due_now: self.due.range(0, now_ms).count() as u64 + held_back,
             inflight: self.inflight.len() as u64,
             dead: self.dead.len() as u64,
             done: self.done.len() as u64,
+            held_back,
         }
     }
 

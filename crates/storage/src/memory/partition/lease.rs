@@ -74,13 +74,18 @@ impl PartitionState {
     ) -> Result<bool, StaleLease> {
         match self.check(token) {
             Lease::Stale => return Err(StaleLease),
-            Lease::Superseded => return Ok(false),
+            Lease::Superseded => {
+                self.release(&token.id, Some(token.generation));
+                return Ok(false);
+            }
             Lease::Cancelled => {
                 self.forget_cancelled(&token.id);
+                self.release(&token.id, None);
                 return Ok(false);
             }
             Lease::Held => {}
         }
+        self.release(&token.id, Some(token.generation));
         let Some(record) = self.tasks.remove(&token.id) else {
             return Err(StaleLease);
         };
@@ -113,9 +118,13 @@ impl PartitionState {
     ) -> Result<FailOutcome, StaleLease> {
         match self.check(token) {
             Lease::Stale => return Err(StaleLease),
-            Lease::Superseded => return Ok(FailOutcome::Superseded),
+            Lease::Superseded => {
+                self.release(&token.id, Some(token.generation));
+                return Ok(FailOutcome::Superseded);
+            }
             Lease::Cancelled => {
                 self.forget_cancelled(&token.id);
+                self.release(&token.id, None);
                 return Ok(FailOutcome::Superseded);
             }
             Lease::Held => {}
@@ -146,6 +155,10 @@ impl PartitionState {
             }
         };
         self.unindex(&token.id, place);
+        match outcome {
+            FailOutcome::Retrying { .. } => self.release_for_retry(&token.id, token.generation),
+            _ => self.release(&token.id, Some(token.generation)),
+        }
         Ok(outcome)
     }
 
@@ -193,6 +206,11 @@ impl PartitionState {
                 .is_some_and(|old| old.lease_deadline_ms == deadline)
             {
                 self.superseded.remove(&id);
+                // The old run of a rescheduled id is over: its hold (of the old generation)
+                // ends.
+                if let Some(generation) = self.tasks.get(&id).map(|record| record.generation) {
+                    self.release_other_generation(&id, generation);
+                }
                 continue;
             }
             if self
@@ -202,9 +220,12 @@ impl PartitionState {
             {
                 // Cancelled while it ran: its last attempt is over.
                 self.tasks.remove(&id);
+                self.release(&id, None);
             } else if let Some(record) = self.tasks.get_mut(&id) {
                 record.place = Place::Pending { at_ms: now_ms };
+                let generation = record.generation;
                 self.due.insert(now_ms, id.clone());
+                self.release_for_retry(&id, generation);
                 requeued.push(id);
             }
         }

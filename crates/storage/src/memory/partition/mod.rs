@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 mod admin;
+mod flow;
 mod lease;
 mod receipt;
 
@@ -22,6 +23,9 @@ use crate::model::{
 };
 use crate::recurring::TickOutcome;
 use crate::TraceParent;
+
+/// How many held-back tasks one claim parks beyond its limit, at most.
+pub(crate) const PARK_BUDGET: usize = 256;
 
 /// A live task: pending, in flight or dead.
 #[derive(Debug)]
@@ -98,6 +102,8 @@ pub(super) struct PartitionState {
     receipt: Option<Receipt>,
     /// The tick ledger: ids of recurring ticks created and not yet forgotten.
     ticks: HashMap<TaskId, u64>,
+    /// Holds, parked tasks and fires of flow keys.
+    flow: flow::FlowState,
 }
 
 impl Record {
@@ -119,7 +125,13 @@ impl PartitionState {
     /// Takes `id` out of the time index of its current place.
     fn unindex(&mut self, id: &TaskId, place: Place) {
         match place {
-            Place::Pending { at_ms } => self.due.remove(at_ms, id),
+            Place::Pending { at_ms } => {
+                self.due.remove(at_ms, id);
+                // A parked task leaves its key's set; a key's representative passes its
+                // turn on.
+                self.unpark_removed(id, at_ms);
+                true
+            }
             Place::Inflight {
                 lease_deadline_ms, ..
             } => self.inflight.remove(lease_deadline_ms, id),
@@ -228,7 +240,11 @@ impl PartitionState {
                     };
                     self.superseded.insert(task.id.clone(), old);
                 } else {
+                    let generation = existing.generation;
                     self.unindex(&task.id, place);
+                    // A task waiting for its retry (FIFO) holds its key: a new schedule is
+                    // a new task.
+                    self.release(&task.id, Some(generation));
                 }
                 ScheduleOutcome::Replaced { previous_due_ms }
             }
@@ -295,10 +311,13 @@ impl PartitionState {
             record.traceparent = None;
             return Cancel::InFlight;
         }
-        let place = record.place;
+        let (place, generation) = (record.place, record.generation);
         self.tasks.remove(id);
         self.unindex(id, place);
         self.drop_superseded(id);
+        // Only this record's hold (a FIFO task waiting for its retry): an older run of the
+        // id keeps its own until it ends.
+        self.release(id, Some(generation));
         Cancel::Cancelled
     }
 
@@ -347,7 +366,12 @@ impl PartitionState {
     ) -> ClaimBatch {
         let mut tasks = Vec::with_capacity(request.limit.min(self.due.len()));
         let mut bytes = 0usize;
-        while tasks.len() < request.limit {
+        // Held-back tasks of blocked keys are looked at up to PARK_BUDGET per claim beyond
+        // the limit: a claim behind a hot key parks them and goes on with the other keys.
+        let mut budget = request.limit.saturating_add(PARK_BUDGET);
+        let mut unparked = Vec::new();
+        while tasks.len() < request.limit && budget > 0 {
+            budget -= 1;
             let within_budget = |record: Option<&Record>| {
                 tasks.is_empty()
                     || record.is_none_or(|record| bytes + record.payload.len() <= request.max_bytes)
@@ -360,6 +384,16 @@ impl PartitionState {
                 break;
             }
             self.due.remove(due, &id);
+            let key = request
+                .flow
+                .as_ref()
+                .and_then(|limits| Some((id.flow_key()?, limits)));
+            if let Some((key, limits)) = key {
+                if !self.admit_due(&id, key, due, request.now_ms, limits) {
+                    continue;
+                }
+                unparked.extend(self.unpark_spare(key, limits));
+            }
             // The new claim's lease replaces a superseded claim's entry, as in Redis, where
             // both are the id's one member of the in-flight set.
             self.drop_superseded(&id);
@@ -390,6 +424,9 @@ impl PartitionState {
                 traceparent: record.traceparent.clone(),
             });
         }
+        for (at, id) in unparked {
+            self.due.insert(at, id);
+        }
         if !tasks.is_empty() {
             self.receipt = Some(Receipt::of(request, &tasks));
         }
@@ -413,6 +450,7 @@ impl PartitionState {
     /// The twin of `look.lua`: sweep, prune, window, and when to look again.
     pub(super) fn look(&mut self, request: &LookRequest) -> LookReport {
         let requeued = self.requeue_expired(request.now_ms, request.requeue_limit);
+        self.repair_stuck_keys();
         let pruned = match request.prune_before_ms {
             Some(before) => self.prune_done(before, request.prune_limit),
             None => 0,

@@ -12,6 +12,8 @@ pub(in crate::memory) struct ClaimRequest<'a> {
     pub lease_deadline_ms: u64,
     pub owner: &'a str,
     pub max_bytes: usize,
+    /// The queue's per-key limits, when it has flow keys and any limit is set.
+    pub flow: Option<crate::flow::FlowLimits>,
 }
 
 /// The latest claim of a partition: who made it, with which lease deadline, and the claim
