@@ -14,8 +14,8 @@ use std::future::Future;
 use bytes::Bytes;
 use delayq_coordinator::NodeInfo;
 use delayq_storage::{
-    partition_of, DeadTask, Partition, QueueName, ScheduleOutcome, StorageError, StorageResult,
-    TaskId, TaskState, MAX_DUE_MS,
+    DeadTask, Partition, QueueName, ScheduleOutcome, StorageError, StorageResult, TaskId,
+    TaskState, MAX_DUE_MS,
 };
 use futures::stream::{self, StreamExt, TryStreamExt};
 
@@ -294,10 +294,10 @@ impl Scheduler {
     async fn partition_of_known(&self, queue: &str, id: &str) -> EngineResult<Option<Partition>> {
         let queue = QueueName::new(queue)?;
         let id = TaskId::new(id)?;
-        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+        let Some(layout) = self.layout_for_read(&queue).await? else {
             return Ok(None);
         };
-        Ok(Some(Partition::new(queue, partition_of(&id, partitions))))
+        Ok(Some(Partition::new(queue, layout.partition_of(&id))))
     }
 }
 

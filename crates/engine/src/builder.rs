@@ -295,14 +295,18 @@ impl SchedulerBuilder {
         for name in handler_queues {
             let queue = QueueName::new(&name)?;
             let partitions = scheduler.partitions_for_write(&queue).await?;
-            runtime.queue_runtime(&queue, partitions);
+            if let Some(queue) = runtime.queue_runtime(&queue, partitions) {
+                queue.apply_flow_limits(&runtime).await?;
+            }
         }
         if runtime.default_handler.is_some() {
             let configured: Vec<String> = runtime.config.queues.keys().cloned().collect();
             for name in configured {
                 let queue = QueueName::new(&name)?;
                 let partitions = scheduler.partitions_for_write(&queue).await?;
-                runtime.queue_runtime(&queue, partitions);
+                if let Some(queue) = runtime.queue_runtime(&queue, partitions) {
+                    queue.apply_flow_limits(&runtime).await?;
+                }
             }
         }
         if runtime.is_member() {

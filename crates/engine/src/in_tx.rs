@@ -19,9 +19,7 @@
 
 use delayq_coordinator::{PostgresCoordinator, Wakeup};
 use delayq_postgres::tokio_postgres::Transaction;
-use delayq_storage::{
-    partition_of, Cancel, Partition, PostgresStore, QueueName, ScheduleOutcome, TaskId,
-};
+use delayq_storage::{Cancel, Partition, PostgresStore, QueueName, ScheduleOutcome, TaskId};
 
 use crate::error::{EngineError, EngineResult};
 use crate::scheduler::{scheduled, PreparedTask, ScheduleRequest, Scheduler};
@@ -94,10 +92,10 @@ impl Scheduler {
         let store = self.postgres_store()?;
         let queue = QueueName::new(queue)?;
         let id = TaskId::new(id)?;
-        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+        let Some(layout) = self.layout_for_read(&queue).await? else {
             return Ok(Cancel::NotFound);
         };
-        let partition = Partition::new(queue, partition_of(&id, partitions));
+        let partition = Partition::new(queue, layout.partition_of(&id));
         Ok(store.cancel_in_tx(tx, &partition, &id).await?)
     }
 

@@ -64,3 +64,23 @@ pub use handler::{
 };
 pub use scheduler::{ScheduleRequest, Scheduler};
 pub use task::{Scheduled, Task, When};
+
+/// The id `<prefix>:{<key>}:<rest>` of a task of flow key `key` (DESIGN.md, "Flow keys"): on a
+/// queue with `flow_keys: true`, the tasks of one key share a partition and the queue's
+/// `per_key_*` limits hold for them across the cluster. `schedule`, `get` and `cancel` take
+/// the id as any other. Fails when `key` is empty or holds `{` or `}`, or the id is not a
+/// valid id.
+///
+/// ```
+/// let id = delayq_engine::keyed_id("webhook", "api.example.com", "evt-9")?;
+/// assert_eq!(id, "webhook:{api.example.com}:evt-9");
+/// assert_eq!(delayq_engine::flow_key_of(&id), Some("api.example.com"));
+/// # Ok::<(), delayq_engine::EngineError>(())
+/// ```
+pub fn keyed_id(prefix: &str, key: &str, rest: &str) -> EngineResult<String> {
+    Ok(delayq_storage::TaskId::keyed(prefix, key, rest)?
+        .as_str()
+        .to_owned())
+}
+
+pub use delayq_storage::flow_key_of;

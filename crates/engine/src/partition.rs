@@ -388,6 +388,15 @@ impl Serving {
                 },
                 None => None,
             };
+            if let Err(error) = self.queue.apply_flow_limits(&runtime).await {
+                // Claiming without the per-key limits would break them: wait and ask again.
+                runtime.health.failed("set_flow_limits", &error);
+                self.claim_size.reset();
+                let retry_at =
+                    runtime.clock.now_ms() + self.backoff.next_delay().as_millis() as u64;
+                runtime.timer.insert(retry_at, self.partition.clone());
+                return ClaimsEnded::Drained;
+            }
             let now = runtime.clock.now_ms();
             let lease_deadline = now.saturating_add(lease).max(self.last_lease_deadline + 1);
             self.last_lease_deadline = lease_deadline;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use delayq_coordinator::{owned_partitions, ClusterClock, Coordinator, Membership};
-use delayq_storage::{LeaseToken, Partition, QueueName, TaskStore};
+use delayq_storage::{
+    FlowLimits, LeaseToken, Partition, QueueLayout, QueueName, StorageError, TaskStore,
+};
 use futures::future::AbortHandle;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Semaphore};
@@ -37,6 +39,39 @@ pub(crate) struct QueueRuntime {
     pub(crate) limits: crate::limits::QueueLimits,
     /// The metrics each fire updates.
     pub(crate) metrics: crate::queue_metrics::QueueMetrics,
+    /// The per-key limits (`per_key_*`), when any is set.
+    pub(crate) flow_limits: Option<FlowLimits>,
+    /// Whether the store's claims apply `flow_limits` (given once, before the first claim;
+    /// false when the queue is registered without flow keys, see
+    /// [`QueueRuntime::apply_flow_limits`]).
+    pub(crate) flow_limits_applied: tokio::sync::OnceCell<bool>,
+}
+
+impl QueueRuntime {
+    /// Gives the store this queue's per-key limits before its first claim, once. A queue
+    /// whose limits come from `queue_defaults` but that another node registered without flow
+    /// keys runs without them (warned once); any other failure is returned, and the claim
+    /// waits and asks again (claiming without the limits would break them).
+    pub(crate) async fn apply_flow_limits(&self, runtime: &Runtime) -> Result<(), StorageError> {
+        let Some(limits) = self.flow_limits else {
+            return Ok(());
+        };
+        self.flow_limits_applied
+            .get_or_try_init(|| async {
+                match runtime.store.set_flow_limits(&self.name, limits).await {
+                    Ok(()) => Ok(true),
+                    Err(StorageError::FlowKeysRequired { .. })
+                        if !runtime.config.queues.contains_key(self.name.as_str()) =>
+                    {
+                        tracing::warn!(queue = %self.name, "per-key limits of queue_defaults not applied: the queue is registered without flow_keys");
+                        Ok(false)
+                    }
+                    Err(error) => Err(error),
+                }
+            })
+            .await
+            .map(|_| ())
+    }
 }
 
 /// What partition ownership is computed from: when none of it changed, neither did the
@@ -76,8 +111,9 @@ pub(crate) struct Runtime {
     pub(crate) default_handler: Option<Arc<dyn Handler>>,
     /// The queues served here, created as they are discovered.
     pub(crate) queues: DashMap<String, Arc<QueueRuntime>>,
-    /// Known partition counts (producer side cache of the store's registry).
-    pub(crate) partition_counts: DashMap<String, u32>,
+    /// Known queue layouts: partition counts and flow keys (producer side cache of the
+    /// store's registry).
+    pub(crate) partition_counts: DashMap<String, QueueLayout>,
     /// The partitions this node owns now.
     pub(crate) workers: Mutex<HashMap<Partition, Arc<PartitionWorker>>>,
     /// Handlers running at once on this node over all its queues (`node.max_running`): what
@@ -189,6 +225,8 @@ impl Runtime {
             settling: Arc::new(Semaphore::new(settings.concurrency.saturating_mul(4))),
             limits: crate::limits::QueueLimits::of(&settings),
             metrics: crate::queue_metrics::QueueMetrics::of(name),
+            flow_limits: Some(settings.flow_limits()).filter(|limits| !limits.is_unlimited()),
+            flow_limits_applied: tokio::sync::OnceCell::new(),
             settings,
             handler,
         });
@@ -219,17 +257,17 @@ impl Runtime {
         if self.default_handler.is_none() {
             return served;
         }
-        match self.store.queues().await {
+        match self.store.queue_layouts().await {
             Ok(known) => {
                 self.health.ok();
                 let listed: HashSet<String> = known
                     .iter()
                     .map(|(queue, _)| queue.as_str().to_owned())
                     .collect();
-                for (queue, partitions) in known {
+                for (queue, layout) in known {
                     self.partition_counts
-                        .insert(queue.as_str().to_owned(), partitions);
-                    served.entry(queue).or_insert(partitions);
+                        .insert(queue.as_str().to_owned(), layout);
+                    served.entry(queue).or_insert(layout.partitions);
                 }
                 let gone: Vec<String> = self
                     .queues
@@ -403,7 +441,12 @@ pub(crate) async fn run_wakeups(
             .queues
             .get(queue)
             .map(|queue| queue.partitions)
-            .or_else(|| runtime.partition_counts.get(queue).map(|count| *count))
+            .or_else(|| {
+                runtime
+                    .partition_counts
+                    .get(queue)
+                    .map(|layout| layout.partitions)
+            })
     }
 
     let mut last_registry_read: Option<tokio::time::Instant> = None;
@@ -424,12 +467,12 @@ pub(crate) async fn run_wakeups(
             last_registry_read.is_none_or(|at| at.elapsed() >= runtime.config.engine.pull_period);
         if partitions.is_none() && runtime.default_handler.is_some() && may_read_registry {
             last_registry_read = Some(tokio::time::Instant::now());
-            match runtime.store.queues().await {
+            match runtime.store.queue_layouts().await {
                 Ok(known) => {
-                    for (name, count) in known {
+                    for (name, layout) in known {
                         runtime
                             .partition_counts
-                            .insert(name.as_str().to_owned(), count);
+                            .insert(name.as_str().to_owned(), layout);
                     }
                     partitions = known_partitions(&runtime, queue.as_str());
                 }

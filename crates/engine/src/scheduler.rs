@@ -6,8 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use delayq_coordinator::{ClusterClock, Coordinator, Membership, NodeId, Wakeup};
 use delayq_storage::{
-    partition_of, validate_due, Cancel, NewTask, Partition, PartitionStats, QueueName,
-    ScheduleMode, ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore, TraceParent,
+    validate_due, Cancel, NewTask, Partition, PartitionStats, QueueLayout, QueueName, ScheduleMode,
+    ScheduleOutcome, StorageError, TaskId, TaskInfo, TaskStore, TraceParent,
 };
 use tokio_util::task::TaskTracker;
 
@@ -276,10 +276,10 @@ impl Scheduler {
         let traceparent = traceparent.or_else(crate::trace::current_traceparent);
         let queue = QueueName::new(queue)?;
         let id = TaskId::new(id)?;
-        let partitions = self.partitions_for_write(&queue).await?;
+        let layout = self.layout_for_write(&queue).await?;
         let now = self.now_ms();
         let due_ms = validate_due(when.due_ms(now))?;
-        let partition = Partition::new(queue, partition_of(&id, partitions));
+        let partition = Partition::new(queue, layout.partition_of(&id));
         Ok(PreparedTask {
             partition,
             task: NewTask {
@@ -304,7 +304,7 @@ impl Scheduler {
         requests: Vec<ScheduleRequest>,
     ) -> EngineResult<Vec<EngineResult<Scheduled>>> {
         let queue = QueueName::new(queue)?;
-        let partitions = self.partitions_for_write(&queue).await?;
+        let layout = self.layout_for_write(&queue).await?;
         let now = self.now_ms();
         let mut results: Vec<Option<EngineResult<Scheduled>>> = Vec::with_capacity(requests.len());
         // Looked up once for the whole call.
@@ -319,7 +319,7 @@ impl Scheduler {
                     continue;
                 }
             };
-            let partition = Partition::new(queue.clone(), partition_of(&id, partitions));
+            let partition = Partition::new(queue.clone(), layout.partition_of(&id));
             let due_ms = request.when.due_ms(now);
             results.push(None);
             positions.push(position);
@@ -411,10 +411,10 @@ impl Scheduler {
     pub async fn cancel(&self, queue: &str, id: &str) -> EngineResult<Cancel> {
         let queue = QueueName::new(queue)?;
         let id = TaskId::new(id)?;
-        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+        let Some(layout) = self.layout_for_read(&queue).await? else {
             return Ok(Cancel::NotFound);
         };
-        let partition = Partition::new(queue, partition_of(&id, partitions));
+        let partition = Partition::new(queue, layout.partition_of(&id));
         Ok(self.runtime.store.cancel(&partition, &id).await?)
     }
 
@@ -422,10 +422,10 @@ impl Scheduler {
     pub async fn get(&self, queue: &str, id: &str) -> EngineResult<Option<TaskInfo>> {
         let queue = QueueName::new(queue)?;
         let id = TaskId::new(id)?;
-        let Some(partitions) = self.partitions_for_read(&queue).await? else {
+        let Some(layout) = self.layout_for_read(&queue).await? else {
             return Ok(None);
         };
-        let partition = Partition::new(queue, partition_of(&id, partitions));
+        let partition = Partition::new(queue, layout.partition_of(&id));
         Ok(self.runtime.store.get(&partition, &id).await?)
     }
 
@@ -578,47 +578,78 @@ impl Scheduler {
         due_ms <= now.saturating_add(announce_within.as_millis() as u64)
     }
 
-    /// The partition count of a queue we write to: the recorded one, else the configured one
-    /// (recorded now). A configured count that differs from the record is an error.
+    /// The partition count of a queue we write to (registering it first, see
+    /// [`layout_for_write`](Scheduler::layout_for_write)).
     pub(crate) async fn partitions_for_write(&self, queue: &QueueName) -> EngineResult<u32> {
-        if let Some(count) = self.runtime.partition_counts.get(queue.as_str()) {
-            return Ok(*count);
+        Ok(self.layout_for_write(queue).await?.partitions)
+    }
+
+    /// The layout of a queue we write to: registered with this node's `partitions` and
+    /// `flow_keys` the first time, checked against the record afterwards. A queue not
+    /// configured here takes the record (another producer may have created it otherwise).
+    pub(crate) async fn layout_for_write(&self, queue: &QueueName) -> EngineResult<QueueLayout> {
+        if let Some(layout) = self.runtime.partition_counts.get(queue.as_str()) {
+            return Ok(*layout);
         }
-        let configured = self.runtime.config.queue(queue.as_str()).partitions;
-        let count = match self.runtime.store.register_queue(queue, configured).await {
-            Ok(count) => count,
-            // A queue created by another producer with another count is fine for a queue
+        let settings = self.runtime.config.queue(queue.as_str());
+        let configured_here = self.runtime.config.queues.contains_key(queue.as_str());
+        let layout = match self
+            .runtime
+            .store
+            .register_layout(queue, settings.partitions, Some(settings.flow_keys))
+            .await
+        {
+            Ok(layout) => layout,
+            // A queue created by another producer with another layout is fine for a queue
             // that is not configured here: use the record.
-            Err(StorageError::PartitionMismatch { recorded, .. })
-                if !self.runtime.config.queues.contains_key(queue.as_str()) =>
-            {
-                recorded
+            Err(StorageError::PartitionMismatch { recorded, .. }) if !configured_here => {
+                self.runtime
+                    .store
+                    .register_layout(queue, recorded, None)
+                    .await?
+            }
+            Err(StorageError::FlowKeysMismatch { .. }) if !configured_here => {
+                self.runtime
+                    .store
+                    .register_layout(queue, settings.partitions, None)
+                    .await?
             }
             Err(error) => return Err(error.into()),
         };
         self.runtime
             .partition_counts
-            .insert(queue.as_str().to_owned(), count);
-        Ok(count)
+            .insert(queue.as_str().to_owned(), layout);
+        Ok(layout)
     }
 
     /// The partition count of a queue we read from, or `None` when the store does not know
     /// the queue.
     pub(crate) async fn partitions_for_read(&self, queue: &QueueName) -> EngineResult<Option<u32>> {
-        if let Some(count) = self.runtime.partition_counts.get(queue.as_str()) {
-            return Ok(Some(*count));
+        Ok(self
+            .layout_for_read(queue)
+            .await?
+            .map(|layout| layout.partitions))
+    }
+
+    /// The layout of a queue we read from, or `None` when the store does not know the queue.
+    pub(crate) async fn layout_for_read(
+        &self,
+        queue: &QueueName,
+    ) -> EngineResult<Option<QueueLayout>> {
+        if let Some(layout) = self.runtime.partition_counts.get(queue.as_str()) {
+            return Ok(Some(*layout));
         }
-        let known = self.runtime.store.queues().await?;
-        let count = known
+        let known = self.runtime.store.queue_layouts().await?;
+        let layout = known
             .into_iter()
             .find(|(name, _)| name == queue)
-            .map(|(_, count)| count);
-        if let Some(count) = count {
+            .map(|(_, layout)| layout);
+        if let Some(layout) = layout {
             self.runtime
                 .partition_counts
-                .insert(queue.as_str().to_owned(), count);
+                .insert(queue.as_str().to_owned(), layout);
         }
-        Ok(count)
+        Ok(layout)
     }
 }
 

@@ -32,6 +32,21 @@ pub(crate) async fn settle(
     claimed: &ClaimedTask,
     outcome: RunOutcome,
 ) {
+    settle_outcome(runtime, queue, claimed, outcome).await;
+    if queue.flow_limits.is_some() && claimed.id.flow_key().is_some() {
+        // The end of a keyed task may have let its key's next held-back task back into
+        // the pending index: the partition claims again now rather than at its next look.
+        runtime.arm_if_owned(&claimed.token.partition, runtime.clock.now_ms());
+    }
+}
+
+/// Records `outcome` for `claimed` in the store.
+async fn settle_outcome(
+    runtime: &Runtime,
+    queue: &QueueRuntime,
+    claimed: &ClaimedTask,
+    outcome: RunOutcome,
+) {
     match outcome {
         RunOutcome::Succeeded => settle_success(runtime, queue, &claimed.token).await,
         RunOutcome::Failed(error) => {

@@ -369,6 +369,7 @@ mod tests {
                 inflight: 2,
                 dead: 0,
                 done: 9,
+                held_back: 0,
             },
         );
         assert_eq!(

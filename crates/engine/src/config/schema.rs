@@ -78,6 +78,10 @@ pub(crate) const QUEUE_KEYS: &[&str] = &[
     "timeout",
     "rate_limit",
     "global_concurrency",
+    "flow_keys",
+    "per_key_concurrency",
+    "per_key_rate",
+    "per_key_order",
 ];
 /// The keys of each entry of `recurring:`: the fields of a spec.
 pub(crate) const RECURRING_KEYS: &[&str] = &RawSpec::FIELDS;
@@ -400,6 +404,37 @@ impl Walk<'_> {
                     }
                     queue.global_concurrency = Some(slots);
                 }
+                "flow_keys" => match value.value {
+                    Value::Bool(flag) => queue.flow_keys = flag,
+                    _ => return Err(invalid(&key_path, value, "expected true or false")),
+                },
+                "per_key_concurrency" => {
+                    let slots: u32 = count(&key_path, value)?;
+                    if slots == 0 {
+                        return Err(invalid(&key_path, value, "must be at least 1"));
+                    }
+                    queue.per_key_concurrency = Some(slots);
+                }
+                "per_key_rate" => {
+                    let text = string(&key_path, value)?;
+                    let limit = RateLimit::parse(&text)
+                        .map_err(|reason| invalid(&key_path, value, reason))?;
+                    if u32::try_from(limit.count).is_err() {
+                        return Err(invalid(&key_path, value, "the count is too large"));
+                    }
+                    queue.per_key_rate = Some(limit);
+                }
+                "per_key_order" => match string(&key_path, value)?.as_str() {
+                    "fifo" => queue.per_key_fifo = true,
+                    "none" => queue.per_key_fifo = false,
+                    _ => {
+                        return Err(invalid(
+                            &key_path,
+                            value,
+                            "expected fifo (a key's tasks one at a time, in due order) or none",
+                        ))
+                    }
+                },
                 _ => return Err(self.unknown(key_path, key)),
             }
         }

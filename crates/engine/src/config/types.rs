@@ -219,6 +219,34 @@ pub struct QueueConfig {
     /// Cluster-wide handler slots (`global_concurrency: 20`): at most this many handlers of
     /// the queue run at once across the cluster, besides `concurrency` per node. Default: none.
     pub global_concurrency: Option<u32>,
+    /// `flow_keys: true`: ids with a flow key (the part of the id inside its first `{...}`)
+    /// are routed by their key, so that the per-key limits below hold across the cluster.
+    /// Fixed when the queue is first registered (like `partitions`). Default false.
+    pub flow_keys: bool,
+    /// `per_key_concurrency: N`: at most N tasks of one flow key run at once, across the
+    /// cluster. Needs `flow_keys: true`. Default: none.
+    pub per_key_concurrency: Option<u32>,
+    /// `per_key_rate: N/PERIOD`: at most N fires of one flow key within any PERIOD (a sliding
+    /// period, unlike `rate_limit`'s fixed windows), across the cluster. Needs
+    /// `flow_keys: true`. Default: none.
+    pub per_key_rate: Option<RateLimit>,
+    /// `per_key_order: fifo`: one task of a flow key at a time, in due order, held through
+    /// its retries. Needs `flow_keys: true`. Default: none.
+    pub per_key_fifo: bool,
+}
+
+impl QueueConfig {
+    /// The per-key limits the store's claims apply for this queue.
+    pub fn flow_limits(&self) -> delayq_storage::FlowLimits {
+        delayq_storage::FlowLimits {
+            concurrency: self.per_key_concurrency,
+            rate: self.per_key_rate.map(|rate| delayq_storage::KeyRate {
+                limit: u32::try_from(rate.count).unwrap_or(u32::MAX),
+                period_ms: u64::try_from(rate.period.as_millis()).unwrap_or(u64::MAX),
+            }),
+            fifo: self.per_key_fifo,
+        }
+    }
 }
 
 /// `rate_limit: N/PERIOD`: at most `count` fires per `period` (fixed windows of the cluster
@@ -268,6 +296,10 @@ impl Default for QueueConfig {
             timeout: Duration::from_secs(30),
             rate_limit: None,
             global_concurrency: None,
+            flow_keys: false,
+            per_key_concurrency: None,
+            per_key_rate: None,
+            per_key_fifo: false,
         }
     }
 }

@@ -339,7 +339,25 @@ fn queue(path: &str, queue: &QueueConfig) -> Check {
             ),
         );
     }
-    positive(&key("timeout"), queue.timeout)
+    positive(&key("timeout"), queue.timeout)?;
+    if !queue.flow_keys {
+        let per_key = [
+            ("per_key_concurrency", queue.per_key_concurrency.is_some()),
+            ("per_key_rate", queue.per_key_rate.is_some()),
+            ("per_key_order", queue.per_key_fifo),
+        ];
+        if let Some((name, _)) = per_key.iter().find(|(_, set)| *set) {
+            return fail(
+                &key(name),
+                "set",
+                format!(
+                    "needs {} (a key's tasks must share a partition for its limit to hold                      across the cluster)",
+                    key("flow_keys: true")
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `url` with the password of its `user:password@` part replaced by `***`, for messages.

@@ -6,7 +6,7 @@
 //! and the tick state derived from it are always written together, and a `next_ms` is never
 //! set at or before a tick already created.
 
-use delayq_storage::{partition_of, Cancel, Partition, QueueName, TaskId, TaskState};
+use delayq_storage::{Cancel, Partition, QueueName, TaskId, TaskState};
 
 use super::calendar::Calendar;
 use super::record::{RecurringSchedule, RecurringSet, ScheduleRecord, UpsertResult};
@@ -339,8 +339,8 @@ impl Scheduler {
         if ticks.is_empty() {
             return;
         }
-        let partitions = match self.partitions_for_write(queue).await {
-            Ok(partitions) => partitions,
+        let layout = match self.layout_for_write(queue).await {
+            Ok(layout) => layout,
             Err(error) => {
                 tracing::debug!(schedule = name, %error, "could not forget ticks");
                 return;
@@ -350,7 +350,7 @@ impl Scheduler {
             let Ok(id) = TaskId::new(tick_id(name, tick)) else {
                 continue;
             };
-            let partition = Partition::new(queue.clone(), partition_of(&id, partitions));
+            let partition = Partition::new(queue.clone(), layout.partition_of(&id));
             if let Err(error) = self
                 .runtime
                 .store

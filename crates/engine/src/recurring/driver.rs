@@ -37,8 +37,7 @@ use std::time::Duration;
 
 use delayq_coordinator::{Membership, NodeId};
 use delayq_storage::{
-    partition_of, NewTask, Partition, ShardLook, StoredSchedule, TaskId, TaskState, TickOutcome,
-    RECURRING_SHARDS,
+    NewTask, Partition, ShardLook, StoredSchedule, TaskId, TaskState, TickOutcome, RECURRING_SHARDS,
 };
 use tokio::sync::watch;
 
@@ -373,9 +372,9 @@ async fn create_tick(
     spec: &RecurringSpec,
     tick: u64,
 ) -> EngineResult<()> {
-    let partitions = scheduler.partitions_for_write(&spec.queue).await?;
+    let layout = scheduler.layout_for_write(&spec.queue).await?;
     let id = TaskId::new(tick_id(name, tick))?;
-    let partition = Partition::new(spec.queue.clone(), partition_of(&id, partitions));
+    let partition = Partition::new(spec.queue.clone(), layout.partition_of(&id));
     let payload = spec.payload.clone().unwrap_or_default();
     let task = NewTask {
         id,

@@ -51,6 +51,7 @@ pub fn fast_config() -> Config {
         timeout: Duration::from_secs(10),
         rate_limit: None,
         global_concurrency: None,
+        ..QueueConfig::default()
     };
     config
 }

@@ -44,6 +44,7 @@ pub fn config(url: &str) -> Config {
         timeout: Duration::from_secs(5),
         rate_limit: None,
         global_concurrency: None,
+        ..QueueConfig::default()
     };
     config
 }

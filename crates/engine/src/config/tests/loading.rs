@@ -96,7 +96,12 @@ fn the_checked_in_cluster_yaml_is_valid_and_documents_every_key() {
     assert_eq!(device.max_attempts, 3);
     assert_eq!(device.backoff.initial, millis(200));
     assert_eq!(device.timeout, secs(5));
-    assert_eq!(config.queues.len(), 2);
+    let webhooks = config.queue("webhooks");
+    assert!(webhooks.flow_keys);
+    assert_eq!(webhooks.per_key_concurrency, Some(2));
+    assert_eq!(webhooks.per_key_rate.map(|rate| rate.count), Some(60));
+    assert!(!webhooks.per_key_fifo);
+    assert_eq!(config.queues.len(), 3);
     let report = &config.recurring["nightly-report"];
     assert_eq!(report.queue.as_str(), "reports");
     assert_eq!(config.recurring.len(), 1);

@@ -99,6 +99,7 @@ queues:
         timeout: secs(5),
         rate_limit: None,
         global_concurrency: None,
+        ..QueueConfig::default()
     };
     let expected = Config {
         redis: RedisConfig {
@@ -140,6 +141,7 @@ queues:
                     timeout: secs(45),
                     rate_limit: None,
                     global_concurrency: None,
+                    ..QueueConfig::default()
                 },
             ),
             (
@@ -402,4 +404,52 @@ fn queue_limits_are_read_and_bad_ones_name_their_key() {
         error.to_string().contains("queues.q.global_concurrency"),
         "{error}"
     );
+}
+
+#[test]
+fn flow_keys_and_per_key_limits_are_read_and_bad_ones_name_their_key() {
+    let text = "queues:\n  hooks:\n    flow_keys: true\n    per_key_concurrency: 2\n    per_key_rate: 10/1m\n  ledger:\n    flow_keys: true\n    per_key_order: fifo\n";
+    let config = Config::from_yaml_str(text, SRC).expect("valid");
+    let hooks = config.queue("hooks");
+    let limits = hooks.flow_limits();
+    assert!(hooks.flow_keys);
+    assert_eq!(limits.concurrency, Some(2));
+    let rate = limits.rate.expect("a rate");
+    assert_eq!((rate.limit, rate.period_ms), (10, 60_000));
+    assert!(!limits.fifo);
+    let ledger = config.queue("ledger").flow_limits();
+    assert!(ledger.fifo && ledger.slots() == Some(1));
+    assert!(config.queue("plain").flow_limits().is_unlimited());
+    for (bad, key, why) in [
+        ("flow_keys: yes please", "flow_keys", "true or false"),
+        (
+            "per_key_concurrency: 0",
+            "per_key_concurrency",
+            "at least 1",
+        ),
+        ("per_key_rate: 0/s", "per_key_rate", "at least 1"),
+        ("per_key_order: lifo", "per_key_order", "fifo"),
+    ] {
+        let setting = if key == "flow_keys" {
+            ""
+        } else {
+            "flow_keys: true\n    "
+        };
+        let error = parse_err(&format!("queues:\n  q:\n    {setting}{bad}\n"));
+        let message = error.to_string();
+        assert!(message.contains(&format!("queues.q.{key}")), "{message}");
+        assert!(message.contains(why), "{bad}: {message}");
+    }
+    // Per-key limits without flow keys cannot hold across partitions: refused by name.
+    for limit in [
+        "per_key_concurrency: 1",
+        "per_key_rate: 1/s",
+        "per_key_order: fifo",
+    ] {
+        let error = parse_err(&format!("queues:\n  q:\n    {limit}\n"));
+        let message = error.to_string();
+        assert!(message.contains("flow_keys: true"), "{limit}: {message}");
+        let key = limit.split(':').next().unwrap_or_default();
+        assert!(message.contains(&format!("queues.q.{key}")), "{message}");
+    }
 }
