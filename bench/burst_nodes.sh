@@ -20,7 +20,13 @@
 # (`QUEUE_DEFAULTS='concurrency: 512'`; default empty: the documented defaults of cluster.yaml,
 # concurrency 64 per node; the sections of BENCHMARKS.md before issue 26 were measured with
 # `concurrency: 512`, which this script then always set).
+# Flow keys (issue 27): QUEUE_YAML the inside of a YAML flow mapping for the queue `burst`
+# itself (`QUEUE_YAML='flow_keys: true, per_key_concurrency: 1'`), KEYED=1 gives every task a
+# flow key of its own (ids `t:{k0000042}:0` instead of `t-0000042`), HOT=N gives the first N
+# tasks one key (`t:{hot}:0000042`); then the line also holds others_drain_ms (the last fire of
+# the tasks without the hot key - due) and hot_fired.
 BIN=$1; P=$2; N=${3:-100000}; PAYLOAD_BYTES=${PAYLOAD_BYTES:-50}; QUEUE_DEFAULTS=${QUEUE_DEFAULTS:-}
+QUEUE_YAML=${QUEUE_YAML:-}; KEYED=${KEYED:-}; HOT=${HOT:-0}
 D=$(mktemp -d)
 redis-server --port $P --bind 127.0.0.1 --save "" --appendonly no --daemonize yes --dir $D --logfile $D/redis.log
 sleep 0.3
@@ -32,14 +38,24 @@ YAML
 if [ -n "$QUEUE_DEFAULTS" ]; then
   echo "queue_defaults: { $QUEUE_DEFAULTS }" >> $D/cluster.yaml
 fi
+if [ -n "$QUEUE_YAML" ]; then
+  printf 'queues:\n  burst: { %s }\n' "$QUEUE_YAML" >> $D/cluster.yaml
+fi
 for i in 1 2 3; do
   DELAYQ_NODE_NAME=n$i $BIN --config $D/cluster.yaml node --queue burst > $D/out$i.jsonl 2>$D/err$i.log &
   echo $! >> $D/pids
 done
 sleep 2
-python3 - "$D" "$P" "$N" "$BIN" "$PAYLOAD_BYTES" <<'PY'
+python3 - "$D" "$P" "$N" "$BIN" "$PAYLOAD_BYTES" "$KEYED" "$HOT" <<'PY'
 import sys, time, subprocess, json, glob
 D, P, N, BIN, PB = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+KEYED, HOT = sys.argv[6] == "1", int(sys.argv[7])
+def task_id(i):
+    if i < HOT:
+        return "t:{hot}:%07d" % i
+    if KEYED:
+        return "t:{k%07d}:0" % i
+    return "t-%07d" % i
 def info(section):
     out = subprocess.run(["redis-cli", "-p", P, "info", section], capture_output=True, text=True).stdout
     return [l.strip() for l in out.splitlines() if ":" in l]
@@ -78,9 +94,9 @@ due = int(time.time() * 1000) + 12000
 with open(D + "/tasks.jsonl", "w") as f:
     for i in range(N):
         if PB:
-            f.write('{"id":"t-%07d","due_ms":%d,"payload":"%s"}\n' % (i, due, payload))
+            f.write('{"id":"%s","due_ms":%d,"payload":"%s"}\n' % (task_id(i), due, payload))
         else:
-            f.write('{"id":"t-%07d","due_ms":%d}\n' % (i, due))
+            f.write('{"id":"%s","due_ms":%d}\n' % (task_id(i), due))
 m0 = settled_memory()
 subprocess.run([BIN, "--config", D + "/cluster.yaml", "schedule", "burst", "--from", D + "/tasks.jsonl"],
                stdout=open(D + "/load.json", "w"), stderr=open(D + "/load.err", "w"))
@@ -120,13 +136,19 @@ for recording in (perf, node_perf):
     if recording:
         recording.send_signal(2)
         recording.wait()
-fired = []
+fired, others = [], []
+hot_fired = 0
 for f in glob.glob(D + "/out*.jsonl"):
     for line in open(f):
         try:
-            fired.append(json.loads(line)["fired_ms"])
+            entry = json.loads(line)
         except Exception:
-            pass
+            continue
+        fired.append(entry["fired_ms"])
+        if entry.get("id", "").startswith("t:{hot}:"):
+            hot_fired += 1
+        else:
+            others.append(entry["fired_ms"])
 last = max(fired)
 commands = {}
 for name, (calls, usec) in s1.items():
@@ -143,6 +165,8 @@ print(json.dumps({"deliveries": len(fired), "tasks_per_s": round(N / ((last - du
                   "node_cpu_us_per_task": round((n1 - n0) * 1e6 / N, 2),
                   "bytes_per_task": round((m1 - m0) / N, 1),
                   "payload_bytes": PB,
+                  "keyed": KEYED, "hot": HOT, "hot_fired": hot_fired,
+                  "others_drain_ms": (max(others) - due) if others else None,
                   "commands": commands}))
 PY
 kill $(cat $D/pids) 2>/dev/null; sleep 1

@@ -40,6 +40,7 @@ pub(crate) async fn refresh(
         next_due_ms,
         dead_lettered,
         paused,
+        held_back,
     } = batch;
     let claimed = tasks.len();
     let tasks: Vec<_> = tasks
@@ -62,5 +63,6 @@ pub(crate) async fn refresh(
         next_due_ms,
         dead_lettered,
         paused,
+        held_back,
     }
 }

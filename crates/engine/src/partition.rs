@@ -85,6 +85,9 @@ pub(crate) struct PartitionWorker {
     /// after the window, minus the window); `u64::MAX` when nothing asks.
     look_by_ms: AtomicU64,
     cancel: CancellationToken,
+    /// Whether the latest claim left tasks held back by their flow keys (true until the
+    /// first claim says): then the end of a keyed task claims again at once.
+    pub(crate) holds_back: std::sync::atomic::AtomicBool,
 }
 
 impl PartitionWorker {
@@ -101,6 +104,7 @@ impl PartitionWorker {
             replan: Notify::new(),
             look_by_ms: AtomicU64::new(u64::MAX),
             cancel: runtime.stop.child_token(),
+            holds_back: std::sync::atomic::AtomicBool::new(true),
         });
         let claim_size = ClaimSize::new(runtime.config.engine.claim_batch);
         let serving = Serving {
@@ -445,6 +449,9 @@ impl Serving {
                 self.claim_size.reset();
                 return ClaimsEnded::Drained;
             }
+            self.worker
+                .holds_back
+                .store(batch.held_back > 0, Ordering::Relaxed);
             let got = batch.tasks.len() + batch.dead_lettered.len();
             let next_due_ms = batch.next_due_ms;
             self.dispatch(batch, slots);

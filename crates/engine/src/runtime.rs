@@ -198,6 +198,19 @@ impl Runtime {
         true
     }
 
+    /// After a keyed task of `partition` ended: when this node owns the partition and its
+    /// latest claim left tasks held back by their flow keys, the partition claims again now
+    /// (the end may have let one of them back into the pending index). Without held-back
+    /// tasks nothing is done: the claims go on as the partition's timer says.
+    pub(crate) fn claim_again_if_held_back(&self, partition: &Partition) {
+        let Some(worker) = self.workers.lock().get(partition).cloned() else {
+            return;
+        };
+        if worker.holds_back.load(std::sync::atomic::Ordering::Relaxed) {
+            self.timer.insert(self.clock.now_ms(), partition.clone());
+        }
+    }
+
     /// Whether a member of the cluster runs handlers (and so owns partitions).
     pub(crate) fn is_member(&self) -> bool {
         self.default_handler.is_some() || !self.handlers.is_empty()

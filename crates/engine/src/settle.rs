@@ -36,7 +36,7 @@ pub(crate) async fn settle(
     if queue.flow_limits.is_some() && claimed.id.flow_key().is_some() {
         // The end of a keyed task may have let its key's next held-back task back into
         // the pending index: the partition claims again now rather than at its next look.
-        runtime.arm_if_owned(&claimed.token.partition, runtime.clock.now_ms());
+        runtime.claim_again_if_held_back(&claimed.token.partition);
     }
 }
 

@@ -26,7 +26,8 @@
 --             is parked, and one whose key used up its rate waits in `due` until it may
 --             fire; up to 256 such tasks beyond `limit` are looked at per claim (flow.lua).
 -- Returns: one reply per partition, in order, each { next pending due (string) or false,
---   count of claimed tasks, traces, id1, record1, ..., then for each record moved to the dead
+--   count of claimed tasks, traces, held back (the partition's parked tasks after the claim;
+--   0 without per-key limits), id1, record1, ..., then for each record moved to the dead
 --   letters: id, reason }. `traces` is false when the partition holds none, else one entry
 --   per claimed task, in order: its traceparent or false. Several partitions share a call only on a single master (Rust groups them;
 --   on a Redis Cluster every call has one partition, one slot).
@@ -80,12 +81,24 @@ local function claim_partition(k)
   -- Tasks put back into `due` by this claim (representatives, unparked ones): added after
   -- the taken ones are removed by rank.
   local later = {}
-  local fetch = limit
+  -- The records of the flow keys this claim met, written back once at its end.
+  local key_records = {}
+  local function record_of(flow_key)
+    local rec = key_records[flow_key]
+    if not rec then
+      rec = key_read(fc, flow_key)
+      key_records[flow_key] = rec
+    end
+    return rec
+  end
+  -- With per-key limits, up to 256 due tasks beyond `limit` are looked at when held-back
+  -- ones took the places of the first (read on demand, below).
+  local most = limit
   if lim then
-    fetch = limit + 256
+    most = limit + 256
   end
   -- ids[i], and scores[i] unless one due holds them all (then `common`).
-  local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', upto, 'LIMIT', 0, fetch)
+  local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', upto, 'LIMIT', 0, limit)
   local n = #ids
   local scores, common = nil, nil
   if n > 0 then
@@ -102,8 +115,8 @@ local function claim_partition(k)
     end
   end
 
-  local out = { false, 0, false }
-  local nout = 3
+  local out = { false, 0, false, 0 }
+  local nout = 4
   local poisoned, records, leases, dead, forget, receipt = {}, {}, {}, {}, {}, {}
   local nrec, nlease, nreceipt = 0, 0, 0
   local claimed, taken, bytes, full = 0, 0, 0, false
@@ -157,14 +170,12 @@ local function claim_partition(k)
           forget[#forget + 1] = id
         else
           local flow_key = lim and flow_key_of(id)
-          local verdict, free_at = 'run', nil
+          local verdict, free_at, key_rec = 'run', nil, nil
           if flow_key then
-            verdict, free_at = flow_admit(fc, id, flow_key, gen, now_ms, lim)
+            key_rec = record_of(flow_key)
+            verdict, free_at = flow_admit(fc, key_rec, id, flow_key, gen, now_ms, lim)
             if verdict == 'park' then
-              if redis.call('HGET', fc.flow, 'w' .. flow_key) == id then
-                redis.call('HDEL', fc.flow, 'w' .. flow_key)
-              end
-              flow_park(fc, flow_key, id, score)
+              flow_park(fc, flow_key, key_rec, id, score)
             elseif verdict == 'wait' then
               later[#later + 1] = { string.format('%d', free_at), id }
               if due == '' then
@@ -202,7 +213,7 @@ local function claim_partition(k)
           nreceipt = nreceipt + 2
           claimed = claimed + 1
           if flow_key then
-            flow_unpark_spare(fc, flow_key, lim, later)
+            flow_unpark_spare(fc, flow_key, key_rec, lim, later)
           end
           end
         end
@@ -210,6 +221,24 @@ local function claim_partition(k)
     end
     first = last + 1
     chunk = math.min(chunk * 2, 1024)
+    if first > n and not full and claimed < limit and n == first - 1 and n < most and n >= limit then
+      -- Every due task read so far was taken and some were held back: read the next ones
+      -- (ranks are unchanged: nothing leaves `due` before the end).
+      local more = redis.call('ZRANGEBYSCORE', due_key, '-inf', upto, 'WITHSCORES', 'LIMIT', n,
+        math.min(most - n, math.max(limit - claimed, 16)))
+      if #more > 0 and not scores then
+        scores = {}
+        for i = 1, n do
+          scores[i] = common
+        end
+        common = nil
+      end
+      for i = 1, #more / 2 do
+        ids[n + i] = more[2 * i - 1]
+        scores[n + i] = more[2 * i]
+      end
+      n = n + #more / 2
+    end
   end
 
   if taken > 0 then
@@ -218,6 +247,9 @@ local function claim_partition(k)
   end
   for _, entry in ipairs(later) do
     redis.call('ZADD', due_key, entry[1], entry[2])
+  end
+  for flow_key, rec in pairs(key_records) do
+    key_write(fc, flow_key, rec)
   end
   if nrec > 0 then
     call_in_chunks('HSET', tasks_key, records)
@@ -237,10 +269,13 @@ local function claim_partition(k)
   end
 
   out[2] = claimed
+  if lim then
+    out[4] = redis.call('ZCARD', fc.parked)
+  end
   if claimed > 0 and redis.call('EXISTS', traces_key) == 1 then
     local claimed_ids = {}
     for i = 1, claimed do
-      claimed_ids[i] = out[2 + 2 * i]
+      claimed_ids[i] = out[3 + 2 * i]
     end
     out[3] = read_in_chunks('HMGET', traces_key, claimed_ids)
   end

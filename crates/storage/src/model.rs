@@ -385,6 +385,10 @@ pub struct ClaimBatch {
     /// The queue is paused: nothing was claimed, and nothing will be until it is resumed
     /// (the caller waits for the resume instead of claiming again).
     pub paused: bool,
+    /// The partition's tasks held back by their flow key's limits after the claim (0 on a
+    /// queue without per-key limits): while some are, the end of a keyed task may let one
+    /// back into the pending index, and the caller claims again.
+    pub held_back: u64,
 }
 
 /// What `cancel` did (guarantee 7: `cancelled` is true only when a fire was prevented).

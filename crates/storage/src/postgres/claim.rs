@@ -96,6 +96,7 @@ impl PostgresStore {
             next_due_ms,
             dead_lettered: Vec::new(),
             paused: false,
+            held_back: 0,
         }))
     }
 }

@@ -551,6 +551,7 @@ impl<'t, 'x> Part<'t, 'x> {
             next_due_ms,
             dead_lettered: Vec::new(),
             paused: false,
+            held_back: 0,
         })
     }
 

@@ -134,6 +134,7 @@ impl RedisStore {
             next_due_ms: None,
             dead_lettered: Vec::new(),
             paused: false,
+            held_back: 0,
         })
     }
 }
@@ -192,7 +193,7 @@ fn claimed_tasks(
 }
 
 /// One partition's reply of `claim_due.lua`: `{next due or false, count (-1: paused), traces,
-/// id, record, ..., then id, reason of each record moved to the dead letters}`.
+/// held back, id, record, ..., then id, reason of each record moved to the dead letters}`.
 fn claimed_batch(
     request: &ClaimRequest,
     keys: &PartitionKeys,
@@ -216,6 +217,10 @@ fn claimed_batch(
         None => return Err(unexpected_reply(OPERATION, "no claimed count")),
     };
     let traces = trace_list(&keys.traces, values.next());
+    let held_back = match values.next() {
+        Some(value) => expect_number(OPERATION, &value, "the held-back count")?,
+        None => return Err(unexpected_reply(OPERATION, "no held-back count")),
+    };
     let tasks = claimed_tasks(
         partition,
         &keys.tasks,
@@ -241,5 +246,6 @@ fn claimed_batch(
         next_due_ms,
         dead_lettered,
         paused: false,
+        held_back,
     })
 }

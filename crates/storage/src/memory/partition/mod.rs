@@ -435,6 +435,11 @@ impl PartitionState {
             next_due_ms: self.due.first_at(),
             dead_lettered: Vec::new(),
             paused: false,
+            held_back: if request.flow.is_some() {
+                self.parked_count()
+            } else {
+                0
+            },
         }
     }
 
