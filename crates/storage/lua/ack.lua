@@ -5,8 +5,9 @@
 -- KEYS[7k+2]: inflight   ZSET id -> lease deadline
 -- KEYS[7k+3]: done       ZSET id -> completed_ms
 -- KEYS[7k+4]: traces     HASH id -> traceparent: a completed task's is dropped
--- KEYS[7k+5..7k+7]: due, flow, parked: a task that held a slot of its flow key gives it
---             back, and the key's next parked task goes back to `due` (flow.lua)
+-- KEYS[7k+5..7k+7]: due, flow, parked: a task this ack takes out of `inflight` gives its
+--             flow key's slot back, and the key's next parked task goes back to `due`
+--             (flow.lua)
 -- ARGV[1]: executed retention in ms (0: no done entry is kept, the record is deleted)
 -- then for each partition, in order: the count n of its tokens, then n times: id,
 -- generation, claim
@@ -53,8 +54,10 @@ end
 local function ack_partition(tasks_key, inflight_key, done_key, traces_key, fc, base, count)
   -- The tasks that ended here (completed, or cancelled while they ran): their traces go.
   local ended = {}
-  -- Whether any task of the partition holds or waits for a flow key (asked once).
+  -- Whether any task of the partition holds or waits for a flow key, and whether any is
+  -- parked (asked once per partition).
   local flowing = redis.call('EXISTS', fc.flow) == 1
+  fc.none_parked = flowing and redis.call('EXISTS', fc.parked) == 0
   local ids = {}
   for i = 1, count do
     ids[i] = ARGV[base + 3 * i - 2]
@@ -100,7 +103,7 @@ local function ack_partition(tasks_key, inflight_key, done_key, traces_key, fc, 
     end
     if redis.call('ZREM', inflight_key, id) == 1 then
       complete(id, done_record)
-      return 'C'
+      return 'C', true
     end
     return 'L'
   end
@@ -116,7 +119,8 @@ local function ack_partition(tasks_key, inflight_key, done_key, traces_key, fc, 
     end
     seen[id] = true
     local gen, claim = ARGV[base + 3 * k - 1], ARGV[base + 3 * k]
-    local verdict
+    -- Whether this ack took the task out of `inflight` (then its flow key's slot comes back).
+    local verdict, released
     local rec_gen, rec_claim, errlen, err_at
     if raw then
       rec_gen, rec_claim, errlen, err_at = string.match(raw, ACK_FIELDS)
@@ -124,16 +128,16 @@ local function ack_partition(tasks_key, inflight_key, done_key, traces_key, fc, 
     if rec_gen == gen and rec_claim == claim then
       -- The common case: the record is this very claim's (a claim number is never 0 and a
       -- generation never 0 in a token), so the lease holds if the entry is still in flight.
-      verdict = finish(id, done_record_of(raw, errlen, err_at))
+      verdict, released = finish(id, done_record_of(raw, errlen, err_at))
     else
       -- Everything else, judged as lease.lua does, with the entry's presence asked only
       -- where it decides (ZREM again: a verdict that drops the entry drops it there).
       local judged, detail = judge_token(raw, true, gen, claim)
       if judged == 'ok' then
-        verdict = finish(id, done_record_of(raw, string.match(raw, TAIL_FIELDS, detail)))
+        verdict, released = finish(id, done_record_of(raw, string.match(raw, TAIL_FIELDS, detail)))
       elseif judged == 'superseded' then
         if detail then
-          redis.call('ZREM', inflight_key, id)
+          released = redis.call('ZREM', inflight_key, id) == 1
         end
         verdict = 'S'
       elseif judged == 'cancelled' then
@@ -142,6 +146,7 @@ local function ack_partition(tasks_key, inflight_key, done_key, traces_key, fc, 
           forget[nforget] = id
           ended[#ended + 1] = id
           verdict = 'S'
+          released = true
         else
           verdict = 'L'
         end
@@ -152,8 +157,8 @@ local function ack_partition(tasks_key, inflight_key, done_key, traces_key, fc, 
       end
     end
     out[nout + k] = verdict
-    if flowing and verdict ~= 'L' and string.sub(verdict, 1, 1) ~= 'X' then
-      flow_release(fc, id, gen)
+    if flowing and released then
+      flow_release(fc, id)
     end
   end
   write()

@@ -5,7 +5,8 @@
 -- KEYS[4]: dead       ZSET id -> failed_ms
 -- KEYS[5]: traces     HASH id -> traceparent: a cancelled task's is dropped
 -- KEYS[6], KEYS[7]: flow, parked (flow.lua): a parked task is pending too; a cancelled
---          task's hold on its flow key ends, and a representative passes its turn on
+--          task waiting with a slot of its flow key gives it back, and a representative
+--          passes its turn on
 -- ARGV[1]: id
 -- Returns: 1 cancelled: a pending task (also one waiting for a retry, or scheduled again
 --            while an older claim ran) or a dead letter was removed, with any in-flight entry;
@@ -24,16 +25,16 @@ local flowing = redis.call('EXISTS', fc.flow) == 1
 local removed = redis.call('ZREM', due_key, id) + redis.call('ZREM', dead_key, id)
 if flowing and (flow_remove(fc, id) or removed > 0) then
   removed = removed + 1
-  -- Only this record's hold (a FIFO task waiting for its retry): an older run of the id
-  -- keeps its own until it ends.
-  local raw = redis.call('HGET', tasks_key, id)
-  local gen = raw and string.match(raw, '^%d+|(%d+)|')
-  if gen then
-    flow_release(fc, id, gen)
-  end
+  -- A FIFO task waiting for its retry gives its key's slot back (an older run of the id
+  -- in flight keeps its own until it ends).
+  flow_release_waiting(fc, id)
 end
 if removed > 0 then
-  redis.call('ZREM', inflight_key, id)
+  -- An older run of the id still in flight (it was scheduled again) is forgotten with it:
+  -- its slot comes back now (its ack will not find its entry).
+  if redis.call('ZREM', inflight_key, id) == 1 and flowing then
+    flow_release(fc, id)
+  end
   redis.call('HDEL', tasks_key, id)
   redis.call('HDEL', traces_key, id)
   return 1

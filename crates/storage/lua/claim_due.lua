@@ -81,16 +81,8 @@ local function claim_partition(k)
   -- Tasks put back into `due` by this claim (representatives, unparked ones): added after
   -- the taken ones are removed by rank.
   local later = {}
-  -- The records of the flow keys this claim met, written back once at its end.
-  local key_records = {}
-  local function record_of(flow_key)
-    local rec = key_records[flow_key]
-    if not rec then
-      rec = key_read(fc, flow_key)
-      key_records[flow_key] = rec
-    end
-    return rec
-  end
+  -- Whether this claim met a task of a flow key.
+  local keyed = false
   -- With per-key limits, up to 256 due tasks beyond `limit` are looked at when held-back
   -- ones took the places of the first (read on demand, below).
   local most = limit
@@ -170,12 +162,16 @@ local function claim_partition(k)
           forget[#forget + 1] = id
         else
           local flow_key = lim and flow_key_of(id)
-          local verdict, free_at, key_rec = 'run', nil, nil
+          local verdict, free_at = 'run', nil
           if flow_key then
-            key_rec = record_of(flow_key)
-            verdict, free_at = flow_admit(fc, key_rec, id, flow_key, gen, now_ms, lim)
+            keyed = true
+            verdict, free_at = flow_admit(fc, inflight_key, id, flow_key, gen,
+              claim ~= '' and claim ~= '0', now_ms, lim)
             if verdict == 'park' then
-              flow_park(fc, flow_key, key_rec, id, score)
+              if lim.rate and redis.call('HGET', fc.flow, 'w' .. flow_key) == id then
+                redis.call('HDEL', fc.flow, 'w' .. flow_key)
+              end
+              flow_park(fc, flow_key, id, score)
             elseif verdict == 'wait' then
               later[#later + 1] = { string.format('%d', free_at), id }
               if due == '' then
@@ -213,7 +209,8 @@ local function claim_partition(k)
           nreceipt = nreceipt + 2
           claimed = claimed + 1
           if flow_key then
-            flow_unpark_spare(fc, flow_key, key_rec, lim, later)
+            -- free_at: with 'run', the key's slots held after this claim.
+            flow_unpark_spare(fc, flow_key, free_at, lim, later)
           end
           end
         end
@@ -248,8 +245,9 @@ local function claim_partition(k)
   for _, entry in ipairs(later) do
     redis.call('ZADD', due_key, entry[1], entry[2])
   end
-  for flow_key, rec in pairs(key_records) do
-    key_write(fc, flow_key, rec)
+  if keyed then
+    -- For the scripts that end attempts: whether a retry keeps its key's slot.
+    redis.call('HSET', fc.flow, 'f', lim.fifo and '1' or '0')
   end
   if nrec > 0 then
     call_in_chunks('HSET', tasks_key, records)

@@ -3,8 +3,8 @@
 -- KEYS[2]: tasks      HASH id -> record
 -- KEYS[3]: inflight   ZSET id -> lease deadline
 -- KEYS[4]: dead       ZSET id -> failed_ms
--- KEYS[5], KEYS[6]: flow, parked: the task's hold on a slot of its flow key ends with a
---          dead letter, and with a retry unless the hold lasts through retries (FIFO)
+-- KEYS[5], KEYS[6]: flow, parked: the task's slot of its flow key comes back with a dead
+--          letter, and with a retry unless the queue keeps FIFO order (flow.lua)
 -- ARGV[1]: id
 -- ARGV[2]: generation of the token
 -- ARGV[3]: claim number of the token
@@ -22,10 +22,14 @@ local id = ARGV[1]
 local verdict, detail, raw = check_token(tasks_key, inflight_key, id, ARGV[2], ARGV[3])
 local fc = { due = due_key, flow = KEYS[5], parked = KEYS[6] }
 local flowing = redis.call('EXISTS', fc.flow) == 1
+-- A refused token whose claim still owns the in-flight entry drops it (refuse_token): then
+-- its flow key's slot comes back.
+local drops_entry = (verdict == 'cancelled' or (verdict == 'superseded' and detail))
+  and flowing and redis.call('ZSCORE', inflight_key, id)
 local refusal = refuse_token(verdict, detail, id, tasks_key, inflight_key, { 'superseded' })
 if refusal then
-  if flowing and (verdict == 'superseded' or verdict == 'cancelled') then
-    flow_release(fc, id, ARGV[2])
+  if drops_entry then
+    flow_release(fc, id)
   end
   return refusal
 end
@@ -55,7 +59,7 @@ if ARGV[5] == 'retry' or ARGV[5] == 'requeue' then
   return { 'retrying', attempt, due }
 end
 if flowing then
-  flow_release(fc, id, ARGV[2])
+  flow_release(fc, id)
 end
 redis.call('HSET', tasks_key, id, encode_record(rec.gen, rec.attempt, rec.claim, rec.due, rec.sched, ARGV[4], payload))
 redis.call('ZADD', dead_key, redis_now_ms(), id)

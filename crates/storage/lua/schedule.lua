@@ -9,7 +9,8 @@
 -- KEYS[9k+7]: traces     HASH id -> W3C traceparent the task was scheduled with (only the
 --             traced ones: a partition that never saw one has no such key)
 -- KEYS[9k+8], KEYS[9k+9]: flow, parked (flow.lua): a parked task is pending too; replacing
---             a pending task ends its hold on its flow key and takes it out of the parked set
+--             a pending task gives back a slot of its flow key it held while waiting and
+--             takes it out of the parked set
 -- ARGV[1]: mode, 'upsert', 'if_absent', 'earlier', 'later' or 'tick' (a recurring schedule's
 --          tick: if-absent, and only if the ledger does not have the id yet; the id then
 --          enters the ledger). For a pending id, 'earlier' / 'later' keep it unless the new
@@ -174,9 +175,9 @@ local function schedule_partition(due_key, tasks_key, inflight_key, done_key, de
         redis.call('ZREM', dead_key, id)
       end
       if pending and flowing then
-        -- A new task: out of the parked set, and its old self's hold (a FIFO retry) ends.
+        -- A new task: out of the parked set, and its old self's slot (a FIFO retry) ends.
         flow_remove(fc, id)
-        flow_release(fc, id, rec.gen)
+        flow_release_waiting(fc, id)
       end
     else
       verdict = 'C'

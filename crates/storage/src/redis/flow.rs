@@ -107,19 +107,19 @@ impl RedisStore {
         }
         let mut held = Vec::with_capacity(found.len());
         for (key, oldest_due_ms) in found {
-            let (waiting, record): (u64, Option<Vec<u8>>) = self
+            let (waiting, running): (u64, Option<u64>) = self
                 .read(OPERATION, &keys.parked, |connection| {
                     let mut pipe = redis::pipe();
                     pipe.cmd("ZLEXCOUNT")
                         .arg(&keys.parked)
                         .arg(format!("[{key}\0"))
                         .arg(format!("({key}\u{1}"))
-                        .hget(&keys.flow, format!("k{key}"));
+                        .hget(&keys.flow, format!("r{key}"));
                     async move { connection.query_pipeline(OPERATION, &pipe).await }
                 })
                 .await?;
             held.push(HeldKey {
-                running: record.as_deref().map_or(0, holds_in_record),
+                running: running.unwrap_or(0),
                 key,
                 waiting,
                 oldest_due_ms,
@@ -129,46 +129,6 @@ impl RedisStore {
         held.truncate(limit);
         Ok(held)
     }
-}
-
-/// The number of holds in a key's record (`flow.lua`: `<parked> <rep length> <rep>`, then
-/// ` <id length> <id> <generation><c|f>` per hold); a record that does not parse counts what
-/// parsed before it.
-fn holds_in_record(record: &[u8]) -> u64 {
-    /// The number at `at` and the position after it and the space that follows.
-    fn number(record: &[u8], at: usize) -> Option<(usize, usize)> {
-        let digits = record
-            .get(at..)?
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        let value = std::str::from_utf8(record.get(at..at + digits)?)
-            .ok()?
-            .parse()
-            .ok()?;
-        Some((value, at + digits + 1))
-    }
-    let Some((_, at)) = number(record, 0) else {
-        return 0;
-    };
-    let Some((rep_len, at)) = number(record, at) else {
-        return 0;
-    };
-    let mut at = at + rep_len;
-    let mut holds = 0;
-    // Each hold: a space, its id's length, a space, the id, a space, digits and a mode.
-    while at < record.len() {
-        let Some((id_len, after)) = number(record, at + 1) else {
-            break;
-        };
-        let Some((_, after_gen)) = number(record, after + id_len + 1) else {
-            break;
-        };
-        // `number` skipped the mode letter as if it were the separator.
-        at = after_gen;
-        holds += 1;
-    }
-    holds
 }
 
 /// A parked entry `key NUL time NUL id` as its key and time.
@@ -184,14 +144,6 @@ fn parse_member(member: &[u8]) -> Option<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn holds_are_counted_in_a_record() {
-        assert_eq!(holds_in_record(b"0 0 "), 0);
-        assert_eq!(holds_in_record(b"3 0  7 a:{k}:1 17c"), 1);
-        assert_eq!(holds_in_record(b"1 5 a:{k} 4 b {k 42f 5 c:{k} 7c"), 2);
-        assert_eq!(holds_in_record(b"garbage"), 0);
-    }
 
     #[test]
     fn parked_entries_parse_back() {

@@ -410,7 +410,8 @@ pub async fn every_way_a_held_task_ends_frees_its_slot(make: Make) {
 }
 
 pub async fn a_new_schedule_of_a_running_id_waits_for_the_old_run(make: Make) {
-    let (store, p) = keyed(make, concurrency(1)).await;
+    // Two slots: the new schedule waits for the old run of its id, not for a slot.
+    let (store, p) = keyed(make, concurrency(2)).await;
     let name = kid("a", 0);
     schedule(&store, &p, &name, T0).await;
     let old = claim_one(&store, &p, T0).await;
@@ -422,6 +423,12 @@ pub async fn a_new_schedule_of_a_running_id_waits_for_the_old_run(make: Make) {
     assert_eq!(ack(&store, &old).await, AckOutcome::Superseded);
     let new = claim_one(&store, &p, T0 + 20).await;
     assert_eq!((new.id.as_str(), new.due_ms), (name.as_str(), T0 + 1));
+    // Each run took one slot and gave it back once: two more of the key run together.
+    ack(&store, &new).await;
+    for n in 1..4 {
+        schedule(&store, &p, &kid("a", n), T0 + 30).await;
+    }
+    assert_eq!(claim(&store, &p, T0 + 30, 10).await.len(), 2);
 }
 
 pub async fn concurrent_claimers_never_exceed_a_key_limit(make: Make) {

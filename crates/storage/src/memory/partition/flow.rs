@@ -1,15 +1,18 @@
 //! Flow keys in a memory partition: the twin of the flow hash and sets of the Redis backend
 //! (see [`crate::flow`] for the rules).
 //!
-//! - `holds`: the tasks holding a slot of their key, with the generation that took it (a new
-//!   schedule of a running id waits until the old run ends) and whether the hold lasts
-//!   through retries (FIFO order).
-//! - `running`: per key, the number of holds.
+//! - `running`: per key, the slots held: its tasks in flight, and with FIFO order those
+//!   waiting for a retry or requeued after a lost lease (`waiting_holds`, by id, with the
+//!   generation whose claim takes the slot over).
 //! - `parked`: the held-back tasks, ordered by key, then by their pending time, then by id.
 //! - `representatives`: per key, the one task waiting in the pending index for the key's
 //!   rate.
 //! - `fires`: the fire times of each key within its rate period, and the same by time for
 //!   forgetting them.
+//!
+//! A slot is counted once per claim and given back once per end of that claim (ack, fail or
+//! lease expiry of the very claim that took it), as in `flow.lua`; a claim of an id whose
+//! older claim still runs (it was scheduled again) parks until that run ends.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
@@ -19,19 +22,10 @@ use super::{PartitionState, Place};
 use crate::flow::{FlowLimits, HeldKey};
 use crate::model::TaskId;
 
-/// A task's hold on a slot of its key.
-#[derive(Debug, Clone)]
-struct Hold {
-    key: Arc<str>,
-    generation: u64,
-    /// FIFO order: the hold lasts through the task's retries and requeues.
-    through_retries: bool,
-}
-
 /// What a claim does with a due task of a key.
 enum Admission {
-    /// It runs (holding a slot of its key).
-    Run,
+    /// It runs (holding a slot of its key): the key's slots held after it.
+    Run(u32),
     /// It waits for a slot: parked until a release.
     Park,
     /// It waits in the pending index until this time (its key's rate).
@@ -41,8 +35,10 @@ enum Admission {
 /// The flow-key state of one partition.
 #[derive(Debug, Default)]
 pub(super) struct FlowState {
-    holds: HashMap<TaskId, Hold>,
     running: HashMap<Arc<str>, u32>,
+    waiting_holds: HashMap<TaskId, u64>,
+    /// Whether the latest claim kept FIFO order (what a failed attempt's slot does).
+    fifo: bool,
     parked: BTreeSet<(Arc<str>, u64, TaskId)>,
     parked_per_key: HashMap<Arc<str>, u64>,
     representatives: HashMap<Arc<str>, TaskId>,
@@ -91,8 +87,8 @@ fn min_id() -> TaskId {
 }
 
 impl PartitionState {
-    /// Whether a due task (its record's `generation`) may run now under `limits`; records
-    /// the hold and the fire when it may.
+    /// Whether a due task (its record's `generation`) may run now under `limits`; counts its
+    /// slot and its fire when it may.
     fn admit(
         &mut self,
         id: &TaskId,
@@ -101,22 +97,20 @@ impl PartitionState {
         now_ms: u64,
         limits: &FlowLimits,
     ) -> Admission {
+        if self.superseded.contains_key(id) {
+            // An older claim of this id still runs (it was scheduled again): this one waits.
+            return Admission::Park;
+        }
         let flow = &mut self.flow;
-        let holding = match flow.holds.get(id) {
-            Some(hold) if hold.generation == generation => true,
-            // An older generation of this id still runs: the new one waits for it.
-            Some(_) => return Admission::Park,
-            None => false,
-        };
+        flow.fifo = limits.fifo;
+        let holding = limits.fifo && flow.waiting_holds.get(id) == Some(&generation);
         let key: Arc<str> = match flow.running.get_key_value(key) {
             Some((key, _)) => key.clone(),
             None => Arc::from(key),
         };
-        if !holding {
-            let running = flow.running.get(&key).copied().unwrap_or(0);
-            if limits.slots().is_some_and(|slots| running >= slots) {
-                return Admission::Park;
-            }
+        let held = flow.running.get(&key).copied().unwrap_or(0);
+        if !holding && limits.slots().is_some_and(|slots| held >= slots) {
+            return Admission::Park;
         }
         if let Some(rate) = limits.rate {
             let since = now_ms.saturating_sub(rate.period_ms.saturating_sub(1));
@@ -136,27 +130,22 @@ impl PartitionState {
             let seq = flow.fire_sequence;
             flow.fires.insert((key.clone(), now_ms, seq));
             flow.fires_by_time.insert((now_ms, key.clone(), seq));
+            if flow.representatives.get(&key) == Some(id) {
+                flow.representatives.remove(&key);
+            }
         }
-        if flow.representatives.get(&key) == Some(id) {
-            flow.representatives.remove(&key);
+        if holding {
+            // Its slot, held while it waited, is now that of a task in flight.
+            flow.waiting_holds.remove(id);
+            return Admission::Run(held);
         }
-        if !holding {
-            *flow.running.entry(key.clone()).or_insert(0) += 1;
-            flow.holds.insert(
-                id.clone(),
-                Hold {
-                    key,
-                    generation,
-                    through_retries: limits.fifo,
-                },
-            );
-        }
-        Admission::Run
+        flow.running.insert(key, held + 1);
+        Admission::Run(held + 1)
     }
 
     /// Decides what a claim does with the due task `id` of flow key `key`, pending at
-    /// `at_ms` (already out of the pending index): `true` when it runs; otherwise it was
-    /// parked or put back to wait for its key's rate.
+    /// `at_ms` (already out of the pending index): `Some(slots held)` when it runs;
+    /// otherwise it was parked or put back to wait for its key's rate.
     pub(super) fn admit_due(
         &mut self,
         id: &TaskId,
@@ -164,29 +153,27 @@ impl PartitionState {
         at_ms: u64,
         now_ms: u64,
         limits: &FlowLimits,
-    ) -> bool {
-        let Some(generation) = self.tasks.get(id).map(|record| record.generation) else {
-            return false;
-        };
+    ) -> Option<u32> {
+        let generation = self.tasks.get(id).map(|record| record.generation)?;
         if let Some(rate) = limits.rate {
             self.flow
                 .forget_fires_before(now_ms.saturating_sub(rate.period_ms.saturating_sub(1)));
         }
         match self.admit(id, key, generation, now_ms, limits) {
-            Admission::Run => true,
+            Admission::Run(held) => Some(held),
             Admission::Park => {
                 if self.flow.representatives.get(key) == Some(id) {
                     self.flow.representatives.remove(key);
                 }
                 self.park(id, key, at_ms);
-                false
+                None
             }
             Admission::WaitUntil(free_at) => {
                 if let Some(record) = self.tasks.get_mut(id) {
                     record.place = Place::Pending { at_ms: free_at };
                 }
                 self.due.insert(free_at, id.clone());
-                false
+                None
             }
         }
     }
@@ -251,69 +238,67 @@ impl PartitionState {
         }
     }
 
-    /// After a claim of a task of `key`: when the key has free slots and parked tasks (its
-    /// limit was raised, or its rate allows another fire), as many of them are taken out of
-    /// the parked set, for the claim to put back to pending once it is done (as Redis adds
-    /// them after its removal by rank: the next claim sees them).
-    pub(super) fn unpark_spare(&mut self, key: &str, limits: &FlowLimits) -> Vec<(u64, TaskId)> {
+    /// After a claim of a task of `key` that left it `held` slots: when the key has free
+    /// slots and parked tasks (its limit was raised, or its rate allows another fire), as
+    /// many of them are taken out of the parked set, for the claim to put back to pending
+    /// once it is done (as Redis adds them after its removal by rank: the next claim sees
+    /// them).
+    pub(super) fn unpark_spare(
+        &mut self,
+        key: &str,
+        held: u32,
+        limits: &FlowLimits,
+    ) -> Vec<(u64, TaskId)> {
         if !self.flow.parked_per_key.contains_key(key)
             || self.flow.representatives.contains_key(key)
         {
             return Vec::new();
         }
-        let running = self.flow.running.get(key).copied().unwrap_or(0);
-        let spare = limits
-            .slots()
-            .map_or(1, |slots| slots.saturating_sub(running));
+        let spare = limits.slots().map_or(1, |slots| slots.saturating_sub(held));
         if spare == 0 {
             return Vec::new();
         }
         self.take_parked(key, spare)
     }
 
-    /// Ends the hold of `id` of `generation` (`None`: whichever generation), if it has one,
-    /// and lets the key's next parked task go back to pending.
-    pub(super) fn release(&mut self, id: &TaskId, generation: Option<u64>) {
-        let Some(hold) = self.flow.holds.get(id) else {
+    /// Gives back the slot of `id`'s key (one end of one claim, or of a FIFO hold), and
+    /// lets the key's next parked task go back to pending (unless the key waits for its
+    /// rate: then its representative leads).
+    pub(super) fn release(&mut self, id: &TaskId) {
+        let Some(key) = id.flow_key() else {
             return;
         };
-        if generation.is_some_and(|generation| generation != hold.generation) {
-            return;
-        }
-        let Some(hold) = self.flow.holds.remove(id) else {
-            return;
-        };
-        if let Some(running) = self.flow.running.get_mut(&hold.key) {
-            *running -= 1;
+        if let Some(running) = self.flow.running.get_mut(key) {
+            *running = running.saturating_sub(1);
             if *running == 0 {
-                self.flow.running.remove(&hold.key);
+                self.flow.running.remove(key);
             }
         }
-        if !self.flow.representatives.contains_key(&hold.key) {
-            self.unpark_next(&hold.key, 1);
+        if !self.flow.representatives.contains_key(key) {
+            let key = key.to_owned();
+            self.unpark_next(&key, 1);
         }
     }
 
-    /// An attempt of `id` (of `generation`) failed and waits for its retry, or its lease ran
-    /// out: the hold ends unless it lasts through retries (FIFO).
+    /// An attempt of `id` (of `generation`) ended, waiting for its retry or requeued: with
+    /// FIFO order its slot stays held (so that its next claim takes no other), otherwise it
+    /// is given back.
     pub(super) fn release_for_retry(&mut self, id: &TaskId, generation: u64) {
-        if self
-            .flow
-            .holds
-            .get(id)
-            .is_some_and(|hold| !hold.through_retries)
-        {
-            self.release(id, Some(generation));
+        if id.flow_key().is_none() {
+            return;
+        }
+        if self.flow.fifo {
+            self.flow.waiting_holds.insert(id.clone(), generation);
+        } else {
+            self.release(id);
         }
     }
 
-    /// Ends a hold of `id` taken by another generation than `generation` (an old run of a
-    /// rescheduled id whose lease ran out).
-    pub(super) fn release_other_generation(&mut self, id: &TaskId, generation: u64) {
-        if let Some(held) = self.flow.holds.get(id).map(|hold| hold.generation) {
-            if held != generation {
-                self.release(id, Some(held));
-            }
+    /// A pending task leaves (cancelled, or replaced by a new schedule): a FIFO slot it
+    /// holds while waiting is given back.
+    pub(super) fn release_waiting(&mut self, id: &TaskId) {
+        if self.flow.waiting_holds.remove(id).is_some() {
+            self.release(id);
         }
     }
 

@@ -42,7 +42,7 @@ impl PartitionState {
     }
 
     /// Whether `token` holds its lease; a superseded token's claim leaves the in-flight
-    /// index.
+    /// index, and then (its run being over) its flow key's slot comes back.
     fn check(&mut self, token: &LeaseToken) -> Lease {
         let lease = self.lease(token);
         if let Lease::Superseded = lease {
@@ -52,6 +52,7 @@ impl PartitionState {
                 .is_some_and(|old| old.claim == token.claim)
             {
                 self.drop_superseded(&token.id);
+                self.release(&token.id);
             }
         }
         lease
@@ -74,18 +75,15 @@ impl PartitionState {
     ) -> Result<bool, StaleLease> {
         match self.check(token) {
             Lease::Stale => return Err(StaleLease),
-            Lease::Superseded => {
-                self.release(&token.id, Some(token.generation));
-                return Ok(false);
-            }
+            Lease::Superseded => return Ok(false),
             Lease::Cancelled => {
                 self.forget_cancelled(&token.id);
-                self.release(&token.id, None);
+                self.release(&token.id);
                 return Ok(false);
             }
             Lease::Held => {}
         }
-        self.release(&token.id, Some(token.generation));
+        self.release(&token.id);
         let Some(record) = self.tasks.remove(&token.id) else {
             return Err(StaleLease);
         };
@@ -118,13 +116,10 @@ impl PartitionState {
     ) -> Result<FailOutcome, StaleLease> {
         match self.check(token) {
             Lease::Stale => return Err(StaleLease),
-            Lease::Superseded => {
-                self.release(&token.id, Some(token.generation));
-                return Ok(FailOutcome::Superseded);
-            }
+            Lease::Superseded => return Ok(FailOutcome::Superseded),
             Lease::Cancelled => {
                 self.forget_cancelled(&token.id);
-                self.release(&token.id, None);
+                self.release(&token.id);
                 return Ok(FailOutcome::Superseded);
             }
             Lease::Held => {}
@@ -157,7 +152,7 @@ impl PartitionState {
         self.unindex(&token.id, place);
         match outcome {
             FailOutcome::Retrying { .. } => self.release_for_retry(&token.id, token.generation),
-            _ => self.release(&token.id, Some(token.generation)),
+            _ => self.release(&token.id),
         }
         Ok(outcome)
     }
@@ -206,11 +201,8 @@ impl PartitionState {
                 .is_some_and(|old| old.lease_deadline_ms == deadline)
             {
                 self.superseded.remove(&id);
-                // The old run of a rescheduled id is over: its hold (of the old generation)
-                // ends.
-                if let Some(generation) = self.tasks.get(&id).map(|record| record.generation) {
-                    self.release_other_generation(&id, generation);
-                }
+                // The old run of a rescheduled id is over, and so is its slot.
+                self.release(&id);
                 continue;
             }
             if self
@@ -220,7 +212,7 @@ impl PartitionState {
             {
                 // Cancelled while it ran: its last attempt is over.
                 self.tasks.remove(&id);
-                self.release(&id, None);
+                self.release(&id);
             } else if let Some(record) = self.tasks.get_mut(&id) {
                 record.place = Place::Pending { at_ms: now_ms };
                 let generation = record.generation;

@@ -240,11 +240,10 @@ impl PartitionState {
                     };
                     self.superseded.insert(task.id.clone(), old);
                 } else {
-                    let generation = existing.generation;
                     self.unindex(&task.id, place);
-                    // A task waiting for its retry (FIFO) holds its key: a new schedule is
-                    // a new task.
-                    self.release(&task.id, Some(generation));
+                    // A task waiting for its retry (FIFO) holds its key's slot: a new
+                    // schedule is a new task.
+                    self.release_waiting(&task.id);
                 }
                 ScheduleOutcome::Replaced { previous_due_ms }
             }
@@ -311,13 +310,16 @@ impl PartitionState {
             record.traceparent = None;
             return Cancel::InFlight;
         }
-        let (place, generation) = (record.place, record.generation);
+        let place = record.place;
         self.tasks.remove(id);
         self.unindex(id, place);
-        self.drop_superseded(id);
-        // Only this record's hold (a FIFO task waiting for its retry): an older run of the
-        // id keeps its own until it ends.
-        self.release(id, Some(generation));
+        // A FIFO task waiting for its retry gives its key's slot back (an older run of the
+        // id in flight keeps its own until it ends).
+        self.release_waiting(id);
+        if self.superseded.contains_key(id) {
+            self.drop_superseded(id);
+            self.release(id);
+        }
         Cancel::Cancelled
     }
 
@@ -389,10 +391,10 @@ impl PartitionState {
                 .as_ref()
                 .and_then(|limits| Some((id.flow_key()?, limits)));
             if let Some((key, limits)) = key {
-                if !self.admit_due(&id, key, due, request.now_ms, limits) {
+                let Some(held) = self.admit_due(&id, key, due, request.now_ms, limits) else {
                     continue;
-                }
-                unparked.extend(self.unpark_spare(key, limits));
+                };
+                unparked.extend(self.unpark_spare(key, held, limits));
             }
             // The new claim's lease replaces a superseded claim's entry, as in Redis, where
             // both are the id's one member of the in-flight set.
