@@ -148,10 +148,10 @@ mod tests {
     #[test]
     fn parked_entries_parse_back() {
         assert_eq!(
-            parse_member(b"host-1\0000000000000042\0evt:{host-1}:9"),
+            parse_member(b"host-1\x00000000000000042\0evt:{host-1}:9"),
             Some(("host-1".to_owned(), 42))
         );
-        assert_eq!(parse_member(b"host-1\00042\0evt:{other}:9"), None);
+        assert_eq!(parse_member(b"host-1\x000042\0evt:{other}:9"), None);
         assert_eq!(parse_member(b"garbage"), None);
     }
 }
