@@ -28,6 +28,16 @@
 //! caller routes; only the memory backend checks), and concurrency (each operation runs
 //! alone; the conformance suite's `races` cases cover that).
 //!
+//! # With flow keys (issue 27)
+//! `redis_and_memory_keep_per_key_limits_alike` runs the same operations on queues registered
+//! with flow keys, over [`ops::FLOW_IDS`] (ids of three keys and some without one), with
+//! per-key limits drawn per case (a concurrency of 1 to 3 or none, maybe a rate of 1 or 2 per
+//! 20 or 50 ms of the logical clock, maybe FIFO order) set on both stores. Besides every
+//! answer, [`limits`] checks each claim against the limits from its own account of the holds,
+//! the held keys are compared with that account, and the case ends with a drain
+//! (`twins::drain`) after which nothing may be pending, held back or in flight.
+//! `DELAYQ_MODEL_FLOW_CASES` (default 60) sizes that run.
+//!
 //! # Time
 //! Every due, `now` and lease deadline is an argument, the same for both stores, counted
 //! from [`ops::BASE`] (2023), which is in the past of Redis `TIME`, so the Redis backend's
@@ -50,6 +60,7 @@
 //! conformance suite (`tests/conformance`), which runs against every backend for good; the
 //! printed seed replays the run meanwhile.
 
+mod limits;
 mod normal;
 mod ops;
 mod twins;
@@ -68,6 +79,7 @@ use delayq_storage::{
     TaskStore,
 };
 use delayq_testkit::{PostgresServer, RedisServer};
+use proptest::strategy::{BoxedStrategy, Strategy};
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use crate::ops::{Op, Universe, BASE, MAX_PAYLOAD};
@@ -151,6 +163,9 @@ fn readable(text: &str) -> String {
     out
 }
 
+/// A real store being made.
+type MadeReal = Pin<Box<dyn Future<Output = Result<Box<dyn TaskStore>, String>>>>;
+
 /// A fresh, empty real store for one case (its number) with these options.
 type MakeReal = dyn Fn(usize, StoreOptions) -> Pin<Box<dyn Future<Output = Result<Box<dyn TaskStore>, String>>>>
     + Sync;
@@ -190,6 +205,25 @@ async fn run_case(
     for step in twins.final_state().await {
         transcript.check("  final", step)?;
     }
+    if universe.flow.is_some() {
+        for step in twins.drain_start().await {
+            transcript.check("  drain", step)?;
+        }
+        let mut finished = false;
+        for _ in 0..twins::ROUNDS {
+            let (steps, idle) = twins.drain_round().await;
+            for step in steps {
+                transcript.check("  drain", step)?;
+            }
+            if idle {
+                finished = true;
+                break;
+            }
+        }
+        for step in twins.drained(finished).await {
+            transcript.check("  after", step)?;
+        }
+    }
     let violations = twins.violations();
     if std::env::var_os("DELAYQ_MODEL_TRACE").is_some() {
         eprintln!("case {case}:\n{}", transcript.lines);
@@ -225,8 +259,16 @@ fn drop_needless(
 #[test]
 fn redis_and_memory_answer_every_operation_sequence_alike() {
     let server = RedisServer::start();
-    let url = server.url();
-    let make = move |case: usize, options: StoreOptions| {
+    let make = redis_maker(server.url());
+    run_model("redis", &make, Cases::plain(DEFAULT_CASES), || server.log());
+}
+
+/// Cases run on queues with flow keys by default: a few seconds on 2 shared cores.
+const DEFAULT_FLOW_CASES: u32 = 60;
+
+/// A fresh Redis store per case, on `url`.
+fn redis_maker(url: String) -> impl Fn(usize, StoreOptions) -> MadeReal + Sync {
+    move |case: usize, options: StoreOptions| {
         let url = url.clone();
         Box::pin(async move {
             let store = RedisStore::connect(RedisStoreOptions {
@@ -237,9 +279,21 @@ fn redis_and_memory_answer_every_operation_sequence_alike() {
             .await
             .map_err(|error| format!("connect to {url}: {error}"))?;
             Ok(Box::new(store) as Box<dyn TaskStore>)
-        }) as Pin<Box<dyn Future<Output = Result<Box<dyn TaskStore>, String>>>>
-    };
-    run_model("redis", &make, DEFAULT_CASES, || server.log());
+        }) as MadeReal
+    }
+}
+
+/// The model on queues with flow keys (issue 27): ids of a few flow keys and some without,
+/// per-key limits drawn per case, both stores compared as above, every claim checked against
+/// the limits, and the model drained at the end of each case with no task left behind
+/// (`limits`, `twins::drain`). `DELAYQ_MODEL_FLOW_CASES` (default 60) sizes the run.
+#[test]
+fn redis_and_memory_keep_per_key_limits_alike() {
+    let server = RedisServer::start();
+    let make = redis_maker(server.url());
+    run_model("redis", &make, Cases::flow(DEFAULT_FLOW_CASES), || {
+        server.log()
+    });
 }
 
 /// Cases run on PostgreSQL by default: each operation is a transaction, slower than a script.
@@ -277,15 +331,47 @@ fn postgres_and_memory_answer_every_operation_sequence_alike() {
             Ok(Box::new(store) as Box<dyn TaskStore>)
         }) as Pin<Box<dyn Future<Output = Result<Box<dyn TaskStore>, String>>>>
     };
-    run_model("postgres", &make, DEFAULT_POSTGRES_CASES, || {
-        server.log_tail(40)
-    });
+    run_model(
+        "postgres",
+        &make,
+        Cases::plain(DEFAULT_POSTGRES_CASES),
+        || server.log_tail(40),
+    );
 }
 
-/// Runs the model against `real` (made fresh per case by `make`), `default_cases` cases
-/// unless `DELAYQ_MODEL_CASES` says otherwise; `log` is the server's log for a failure.
-fn run_model(real: &'static str, make: &MakeReal, default_cases: u32, log: impl Fn() -> String) {
-    let cases = env_number("DELAYQ_MODEL_CASES", default_cases);
+/// Which cases a run draws, and how many by default.
+struct Cases {
+    /// The cases' strategy, given the most operations of a case.
+    strategy: fn(usize) -> BoxedStrategy<(Universe, Vec<Op>)>,
+    /// The environment variable that sets the number of cases.
+    variable: &'static str,
+    default: u32,
+}
+
+impl Cases {
+    /// Cases without flow keys ([`ops::case`]), `DELAYQ_MODEL_CASES` of them.
+    fn plain(default: u32) -> Self {
+        Cases {
+            strategy: |max_ops| ops::case(max_ops).boxed(),
+            variable: "DELAYQ_MODEL_CASES",
+            default,
+        }
+    }
+
+    /// Cases on queues with flow keys ([`ops::flow_case`]), `DELAYQ_MODEL_FLOW_CASES` of them.
+    fn flow(default: u32) -> Self {
+        Cases {
+            strategy: |max_ops| ops::flow_case(max_ops).boxed(),
+            variable: "DELAYQ_MODEL_FLOW_CASES",
+            default,
+        }
+    }
+}
+
+/// Runs the model against `real` (made fresh per case by `make`), `drawn.default` cases
+/// unless its variable says otherwise; `log` is the server's log for a failure.
+fn run_model(real: &'static str, make: &MakeReal, drawn: Cases, log: impl Fn() -> String) {
+    let cases = env_number(drawn.variable, drawn.default);
     let max_ops = env_number("DELAYQ_MODEL_OPS", DEFAULT_OPS);
     let seed = env_number("DELAYQ_MODEL_SEED", {
         let nanos = SystemTime::now()
@@ -321,7 +407,7 @@ fn run_model(real: &'static str, make: &MakeReal, default_cases: u32, log: impl 
         runtime.block_on(run_case((real, make), case, universe, ops, &coverage))
     };
     let started = Instant::now();
-    let outcome = runner.run(&ops::case(max_ops), |(universe, ops)| {
+    let outcome = runner.run(&(drawn.strategy)(max_ops), |(universe, ops)| {
         run(&universe, &ops).map_err(TestCaseError::fail)
     });
     match outcome {
@@ -347,7 +433,7 @@ fn run_model(real: &'static str, make: &MakeReal, default_cases: u32, log: impl 
                 transcript.message().to_owned(),
             );
             panic!(
-                "the {real} and memory stores differ (seed {seed}; {} runs, shrinking included, \
+                "the {real} and memory stores differ or break a bound (seed {seed}; {} runs, shrinking included, \
                  in {:.1?}). Minimal sequence, {} operations:\n{transcript}\n\
                  as drawn: {universe:?}\n{ops:?}\n{real} server log:\n{}",
                 runs.load(Ordering::Relaxed),

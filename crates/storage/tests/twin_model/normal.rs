@@ -24,8 +24,9 @@ use std::fmt::Debug;
 
 use bytes::Bytes;
 use delayq_storage::{
-    AckOutcome, Cancel, ClaimBatch, DeadTask, FailOutcome, LookReport, Partition, PartitionStats,
-    QueueName, ScheduleOutcome, StorageResult, TaskId, TaskInfo, TaskState,
+    AckOutcome, Cancel, ClaimBatch, DeadTask, FailOutcome, HeldKey, LookReport, Partition,
+    PartitionStats, QueueLayout, QueueName, ScheduleOutcome, StorageResult, TaskId, TaskInfo,
+    TaskState,
 };
 
 /// A result with the error as its `Debug` text.
@@ -179,6 +180,9 @@ pub enum Answer {
     /// The operation needed a lease and none was handed out yet.
     Skipped,
     Registered(Res<u32>),
+    Layout(Res<QueueLayout>),
+    Limits(Res<()>),
+    HeldKeys(Res<Vec<HeldKey>>),
     Scheduled(Res<ScheduleOutcome>),
     ScheduledMany(Res<Vec<Res<ScheduleOutcome>>>),
     Cancelled(Res<Cancel>),
@@ -307,6 +311,8 @@ impl Answer {
             Answer::Failed(result) => vec![outcome("fail", result)],
             Answer::Renewed(result) => vec![outcome("renew", result)],
             Answer::Registered(result) => vec![outcome("register", result)],
+            Answer::HeldKeys(Ok(held)) if !held.is_empty() => vec!["held_keys some".to_owned()],
+            Answer::Stats(Ok(stats)) if stats.held_back > 0 => vec!["stats held back".to_owned()],
             Answer::Task(Ok(Some(info))) => vec![format!("get {:?}", info.state)],
             Answer::Claim(Ok(batch)) if batch.paused => vec!["claim paused".to_owned()],
             Answer::Claim(Ok(batch)) => vec![match batch.tasks.len() {

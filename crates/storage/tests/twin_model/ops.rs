@@ -1,11 +1,11 @@
 //! The operations the model draws, over a small universe, and the strategies that draw them.
 //!
 //! Every choice is a small number resolved against the universe when the operation runs
-//! (`queue % queues`, `id % IDS.len()`, `lease % leases held`), so any subsequence of a
+//! (`queue % queues`, `id % ids` of the universe, `lease % leases held`), so any subsequence of a
 //! sequence is still a valid sequence: that is what lets proptest shrink by dropping
 //! operations, and shrink each number towards 0, without preconditions.
 
-use delayq_storage::ScheduleMode;
+use delayq_storage::{FlowLimits, KeyRate, ScheduleMode};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -27,6 +27,13 @@ pub const MAX_DUE_SLOT: u8 = 16;
 
 /// The task ids of every queue.
 pub const IDS: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+/// The task ids of every queue in a universe with flow keys: four of key `k1`, three of
+/// `k2`, one of `k3`, and two without a key (`w{}{k1}` has none: its first braces are
+/// empty).
+pub const FLOW_IDS: [&str; 10] = [
+    "a{k1}", "b{k1}", "c{k1}:3", "{k1}d", "{k2}e", "f{k2}", "g{k2}h", "x{k3}", "u", "w{}{k1}",
+];
 
 /// `max_payload` of both stores.
 pub const MAX_PAYLOAD: usize = 40;
@@ -53,6 +60,19 @@ pub struct Universe {
     pub retention_ms: u64,
     /// `max_claim_bytes`.
     pub max_claim_bytes: usize,
+    /// With flow keys: every queue is registered with `flow_keys: true`, both stores claim
+    /// with these per-key limits, and the ids are [`FLOW_IDS`]; without, [`IDS`].
+    pub flow: Option<FlowLimits>,
+}
+
+impl Universe {
+    /// The task ids of every queue.
+    pub fn ids(&self) -> &'static [&'static str] {
+        match self.flow {
+            Some(_) => &FLOW_IDS,
+            None => &IDS,
+        }
+    }
 }
 
 /// A due time as drawn.
@@ -64,10 +84,10 @@ pub enum Due {
     Invalid,
 }
 
-/// A task as drawn: indexes into [`IDS`] and [`PAYLOADS`].
+/// A task as drawn: indexes into the universe's ids ([`Universe::ids`]) and [`PAYLOADS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskSpec {
-    /// Index into [`IDS`].
+    /// Index into the universe's ids.
     pub id: u8,
     /// Its due.
     pub due: Due,
@@ -78,7 +98,7 @@ pub struct TaskSpec {
 /// Which partition an operation works on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// The partition of `queue` that id `IDS[n]` routes to (where the tasks are).
+    /// The partition of `queue` that the universe's id `n` routes to (where the tasks are).
     OfId { queue: u8, id: u8 },
     /// Partition `n % partitions` of `queue`.
     Index { queue: u8, index: u8 },
@@ -93,7 +113,7 @@ pub enum Target {
 /// Which task an operation names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaskRef {
-    /// `IDS[id]` in `queue`.
+    /// The universe's id `id` in `queue`.
     Id { queue: u8, id: u8 },
     /// The task of a lease handed out earlier (one that was claimed, so maybe dead, done,
     /// waiting for a retry or still running), or `a` of `q0` when none was.
@@ -211,39 +231,35 @@ fn due() -> impl Strategy<Value = Due> {
     ]
 }
 
-fn task() -> impl Strategy<Value = TaskSpec> {
+fn task(ids: u8) -> impl Strategy<Value = TaskSpec> {
     let payload = prop_oneof![
         10 => 0..4u8,
         1 => Just(4u8),
     ];
-    (0..IDS.len() as u8, due(), payload).prop_map(|(id, due, payload)| TaskSpec {
-        id,
-        due,
-        payload,
-    })
+    (0..ids, due(), payload).prop_map(|(id, due, payload)| TaskSpec { id, due, payload })
 }
 
-fn target() -> impl Strategy<Value = Target> {
+fn target(ids: u8) -> impl Strategy<Value = Target> {
     prop_oneof![
-        2 => (0..2u8, 0..IDS.len() as u8).prop_map(|(queue, id)| Target::OfId { queue, id }),
+        2 => (0..2u8, 0..ids).prop_map(|(queue, id)| Target::OfId { queue, id }),
         1 => (0..2u8, 0..4u8).prop_map(|(queue, index)| Target::Index { queue, index }),
         3 => any::<u8>().prop_map(Target::OfLease),
         4 => (0..8u8).prop_map(Target::Recent),
     ]
 }
 
-fn task_ref() -> impl Strategy<Value = TaskRef> {
+fn task_ref(ids: u8) -> impl Strategy<Value = TaskRef> {
     prop_oneof![
-        2 => (0..2u8, 0..IDS.len() as u8).prop_map(|(queue, id)| TaskRef::Id { queue, id }),
+        2 => (0..2u8, 0..ids).prop_map(|(queue, id)| TaskRef::Id { queue, id }),
         2 => any::<u8>().prop_map(TaskRef::OfLease),
         2 => (0..8u8).prop_map(TaskRef::Recent),
     ]
 }
 
 /// A task, mostly one that was claimed (dead letters come from claims).
-fn leased_task() -> impl Strategy<Value = TaskRef> {
+fn leased_task(ids: u8) -> impl Strategy<Value = TaskRef> {
     prop_oneof![
-        1 => task_ref(),
+        1 => task_ref(ids),
         3 => any::<u8>().prop_map(TaskRef::OfLease),
     ]
 }
@@ -262,37 +278,38 @@ fn limit() -> impl Strategy<Value = u8> {
     1..=4u8
 }
 
-/// One operation, weighted towards the ones that move tasks between states.
-pub fn op() -> impl Strategy<Value = Op> {
+/// One operation over `ids` task ids, weighted towards the ones that move tasks between
+/// states.
+pub fn op(ids: u8) -> impl Strategy<Value = Op> {
     let queue = || 0..2u8;
     let lease = any::<u8>;
     prop_oneof![
-        12 => (queue(), task(), mode()).prop_map(|(queue, task, mode)| Op::Schedule { queue, task, mode }),
-        4 => (task_ref(), 0..4u8, mode()).prop_map(|(task, payload, mode)| Op::Resend { task, payload, mode }),
-        3 => (vec((queue(), task()), 1..4), mode()).prop_map(|(items, mode)| Op::ScheduleMany { items, mode }),
-        4 => task_ref().prop_map(|task| Op::Cancel { task }),
-        2 => task_ref().prop_map(|task| Op::Get { task }),
-        10 => (target(), limit(), prop_oneof![2 => Just(0u8), 2 => Just(1), 1 => Just(3), 1 => Just(100)], 0..2u8)
+        12 => (queue(), task(ids), mode()).prop_map(|(queue, task, mode)| Op::Schedule { queue, task, mode }),
+        4 => (task_ref(ids), 0..4u8, mode()).prop_map(|(task, payload, mode)| Op::Resend { task, payload, mode }),
+        3 => (vec((queue(), task(ids)), 1..4), mode()).prop_map(|(items, mode)| Op::ScheduleMany { items, mode }),
+        4 => task_ref(ids).prop_map(|task| Op::Cancel { task }),
+        2 => task_ref(ids).prop_map(|task| Op::Get { task }),
+        10 => (target(ids), limit(), prop_oneof![2 => Just(0u8), 2 => Just(1), 1 => Just(3), 1 => Just(100)], 0..2u8)
             .prop_map(|(at, limit, lease_slots, owner)| Op::Claim { at, limit, lease_slots, owner }),
         1 => (lease(), any::<bool>()).prop_map(|(lease, same_owner)| Op::RecoverClaim { lease, same_owner }),
         6 => lease().prop_map(|lease| Op::Ack { lease }),
         5 => (lease(), retry()).prop_map(|(lease, retry)| Op::Fail { lease, retry }),
         2 => (lease(), 0..6u8).prop_map(|(lease, slots)| Op::Renew { lease, slots }),
         8 => (1..=6u8).prop_map(|slots| Op::Advance { slots }),
-        4 => (target(), limit()).prop_map(|(at, limit)| Op::RequeueExpired { at, limit }),
-        4 => (target(), 0..8u8, limit(), limit(), prop::option::of(any::<u8>()), limit())
+        4 => (target(ids), limit()).prop_map(|(at, limit)| Op::RequeueExpired { at, limit }),
+        4 => (target(ids), 0..8u8, limit(), limit(), prop::option::of(any::<u8>()), limit())
             .prop_map(|(at, window_slots, window_limit, requeue_limit, prune, prune_limit)| Op::Look {
                 at, window_slots, window_limit, requeue_limit, prune, prune_limit,
             }),
-        1 => (target(), 0..=MAX_DUE_SLOT, 0..=MAX_DUE_SLOT, limit())
+        1 => (target(ids), 0..=MAX_DUE_SLOT, 0..=MAX_DUE_SLOT, limit())
             .prop_map(|(at, from, to, limit)| Op::PeekWindow { at, from, to, limit }),
-        3 => (leased_task(), due()).prop_map(|(task, due)| Op::RetryDead { task, due }),
-        1 => leased_task().prop_map(|task| Op::PurgeDeadOne { task }),
-        1 => target().prop_map(|at| Op::PurgeDeadAll { at }),
-        2 => (target(), any::<u8>(), limit()).prop_map(|(at, before, limit)| Op::PruneDone { at, before, limit }),
-        1 => target().prop_map(|at| Op::Stats { at }),
-        1 => (target(), limit()).prop_map(|(at, limit)| Op::ListDead { at, limit }),
-        1 => (target(), limit()).prop_map(|(at, limit)| Op::PeekDead { at, limit }),
+        3 => (leased_task(ids), due()).prop_map(|(task, due)| Op::RetryDead { task, due }),
+        1 => leased_task(ids).prop_map(|task| Op::PurgeDeadOne { task }),
+        1 => target(ids).prop_map(|at| Op::PurgeDeadAll { at }),
+        2 => (target(ids), any::<u8>(), limit()).prop_map(|(at, before, limit)| Op::PruneDone { at, before, limit }),
+        1 => target(ids).prop_map(|at| Op::Stats { at }),
+        1 => (target(ids), limit()).prop_map(|(at, limit)| Op::ListDead { at, limit }),
+        1 => (target(ids), limit()).prop_map(|(at, limit)| Op::PeekDead { at, limit }),
         1 => (queue(), prop::bool::weighted(0.3)).prop_map(|(queue, paused)| Op::SetPaused { queue, paused }),
         1 => (queue(), 0..=4u8).prop_map(|(queue, partitions)| Op::Register { queue, partitions }),
     ]
@@ -310,10 +327,42 @@ pub fn universe() -> impl Strategy<Value = Universe> {
             partitions,
             retention_ms,
             max_claim_bytes,
+            flow: None,
         })
 }
 
 /// A case: a universe and up to `max_ops` operations.
 pub fn case(max_ops: usize) -> impl Strategy<Value = (Universe, Vec<Op>)> {
-    (universe(), vec(op(), 1..=max_ops.max(1)))
+    (universe(), vec(op(IDS.len() as u8), 1..=max_ops.max(1)))
+}
+
+/// Per-key limits: a concurrency of 1 to 3 (or none), optionally a rate of 1 or 2 fires per
+/// 20 or 50 ms of the logical clock, optionally FIFO order.
+fn flow_limits() -> impl Strategy<Value = FlowLimits> {
+    let rate = (1..=2u32, prop::sample::select(vec![20u64, 50]))
+        .prop_map(|(limit, period_ms)| KeyRate { limit, period_ms });
+    (
+        prop_oneof![4 => (1..=3u32).prop_map(Some), 1 => Just(None)],
+        prop::option::weighted(0.5, rate),
+        prop::bool::weighted(0.4),
+    )
+        .prop_map(|(concurrency, rate, fifo)| FlowLimits {
+            concurrency,
+            rate,
+            fifo,
+        })
+}
+
+/// A case on queues with flow keys: a universe as [`universe`] draws it with per-key limits,
+/// and up to `max_ops` operations over [`FLOW_IDS`].
+pub fn flow_case(max_ops: usize) -> impl Strategy<Value = (Universe, Vec<Op>)> {
+    (
+        universe(),
+        flow_limits(),
+        vec(op(FLOW_IDS.len() as u8), 1..=max_ops.max(1)),
+    )
+        .prop_map(|(universe, limits, ops)| {
+            let flow = Some(limits);
+            (Universe { flow, ..universe }, ops)
+        })
 }

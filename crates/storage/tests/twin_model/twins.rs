@@ -7,12 +7,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use delayq_storage::{
-    partition_of, LeaseToken, MemoryStore, NewTask, Partition, QueueName, TaskId, TaskStore,
-    MAX_DUE_MS,
+    FlowLimits, LeaseToken, MemoryStore, NewTask, Partition, QueueLayout, QueueName, TaskId,
+    TaskStore, MAX_DUE_MS,
 };
 
+use crate::limits::KeyLimits;
 use crate::normal::{res, Answer, Checkpoints, Generations, Normaliser};
-use crate::ops::{Due, Target, TaskRef, TaskSpec, Universe, BASE, IDS, PAYLOADS, SLOT, START_SLOT};
+use crate::ops::{Due, Target, TaskRef, TaskSpec, Universe, BASE, PAYLOADS, SLOT, START_SLOT};
 
 /// The most records a read of the final state asks for (more than a case can make).
 const ALL: usize = 1_000;
@@ -57,6 +58,13 @@ pub struct Twins {
     /// The names of the two sides, for messages: the real backend's, then `memory`.
     sides: [&'static str; 2],
     queues: Vec<(QueueName, u32)>,
+    /// The task ids of every queue.
+    ids: &'static [&'static str],
+    /// The per-key limits of every queue, registered with flow keys (else `None`: no flow
+    /// keys).
+    flow: Option<FlowLimits>,
+    /// With flow keys, the account of the holds and the bounds broken.
+    limits: Option<KeyLimits>,
     /// The logical `now` every timed call gets.
     now_ms: u64,
     leases: Vec<Lease>,
@@ -91,6 +99,9 @@ macro_rules! each {
 }
 
 mod apply;
+mod drain;
+
+pub use self::drain::ROUNDS;
 
 /// The wall clock in ms: what both stores stamp with (Redis `TIME` is the same clock).
 fn wall_ms() -> u64 {
@@ -147,6 +158,9 @@ impl Twins {
             memory,
             sides: [name, "memory"],
             queues,
+            ids: universe.ids(),
+            flow: universe.flow,
+            limits: universe.flow.map(KeyLimits::new),
             now_ms: BASE + START_SLOT * SLOT,
             leases: Vec::new(),
             scheduled: HashMap::new(),
@@ -162,18 +176,24 @@ impl Twins {
         self.checkpoints.push(wall_ms());
     }
 
-    /// Generations that went back, per store: a defect of that store alone.
+    /// Generations that went back, per store (a defect of that store alone), and the
+    /// per-key bounds broken (the stores agreed, so both broke them).
     pub fn violations(&self) -> Vec<String> {
-        self.sides
+        let generations =
+            self.sides
+                .iter()
+                .zip(&self.generations)
+                .flat_map(|(side, generations)| {
+                    generations
+                        .violations
+                        .iter()
+                        .map(move |violation| format!("{side}: {violation}"))
+                });
+        let limits = self
+            .limits
             .iter()
-            .zip(&self.generations)
-            .flat_map(|(side, generations)| {
-                generations
-                    .violations
-                    .iter()
-                    .map(move |violation| format!("{side}: {violation}"))
-            })
-            .collect()
+            .flat_map(|limits| limits.violations.iter().map(|v| format!("both: {v}")));
+        generations.chain(limits).collect()
     }
 
     fn normaliser(&mut self, side: usize) -> Normaliser<'_> {
@@ -199,15 +219,24 @@ impl Twins {
         self.queues[usize::from(queue) % self.queues.len()].clone()
     }
 
-    fn id(id: u8) -> TaskId {
-        TaskId::new(IDS[usize::from(id) % IDS.len()]).expect("a valid id")
+    fn id(&self, id: u8) -> TaskId {
+        TaskId::new(self.ids[usize::from(id) % self.ids.len()]).expect("a valid id")
+    }
+
+    /// How `queue`'s ids map to its `partitions`.
+    fn layout(&self, partitions: u32) -> QueueLayout {
+        QueueLayout {
+            partitions,
+            flow_keys: self.flow.is_some(),
+        }
     }
 
     /// The partition `id` routes to in `queue`, and the id.
     fn task_at(&self, queue: u8, id: u8) -> (Partition, TaskId) {
         let (queue, partitions) = self.queue(queue);
-        let id = Self::id(id);
-        (Partition::new(queue, partition_of(&id, partitions)), id)
+        let id = self.id(id);
+        let index = self.layout(partitions).partition_of(&id);
+        (Partition::new(queue, index), id)
     }
 
     fn partition(&self, at: Target) -> Partition {
@@ -278,18 +307,46 @@ impl Twins {
         (op, self.checkpoints.start_of(op))
     }
 
-    /// Registers every queue of the universe in both stores.
+    /// Registers every queue of the universe in both stores (with flow keys and the per-key
+    /// limits, when the universe has them).
     pub async fn setup(&mut self) -> Vec<Step> {
         let mut steps = Vec::new();
         for (queue, partitions) in self.queues.clone() {
+            let Some(limits) = self.flow else {
+                let raw = each!(self, |store, side| store
+                    .register_queue(&queue, partitions)
+                    .await);
+                let answers = self.pair(raw, |_, r| Answer::Registered(res(r, |n| n)));
+                let what = format!("register {queue} with {partitions} partitions");
+                steps.push(Step::new(what, answers));
+                continue;
+            };
             let raw = each!(self, |store, side| store
-                .register_queue(&queue, partitions)
+                .register_layout(&queue, partitions, Some(true))
                 .await);
-            let answers = self.pair(raw, |_, r| Answer::Registered(res(r, |n| n)));
-            let what = format!("register {queue} with {partitions} partitions");
+            let answers = self.pair(raw, |_, r| Answer::Layout(res(r, |layout| layout)));
+            let what = format!("register {queue} with {partitions} partitions and flow keys");
             steps.push(Step::new(what, answers));
+            let raw = each!(self, |store, side| store
+                .set_flow_limits(&queue, limits)
+                .await);
+            let answers = self.pair(raw, |_, r| Answer::Limits(res(r, |o| o)));
+            steps.push(Step::new(
+                format!("set_flow_limits {queue} {limits:?}"),
+                answers,
+            ));
         }
         steps
+    }
+
+    /// Both stores' held keys of `partition`, checked against the account (`when` says
+    /// where in the case).
+    async fn held_keys(&mut self, when: &str, partition: &Partition) -> [Answer; 2] {
+        let raw = each!(self, |store, side| store.held_keys(partition, ALL).await);
+        if let (Some(limits), Ok(held)) = (self.limits.as_mut(), &raw[0]) {
+            limits.compare_held(when, partition, held);
+        }
+        self.pair(raw, |_, r| Answer::HeldKeys(res(r, |held| held)))
     }
 
     async fn get(&mut self, partition: &Partition, id: &TaskId) -> [Answer; 2] {
@@ -346,10 +403,15 @@ impl Twins {
                 steps.push(Step::new(format!("list_dead {partition}"), answers));
                 let answers = self.peek_dead(&partition, ALL).await;
                 steps.push(Step::new(format!("peek_dead {partition}"), answers));
+                if self.flow.is_some() {
+                    let answers = self.held_keys("final state", &partition).await;
+                    steps.push(Step::new(format!("held_keys {partition}"), answers));
+                }
             }
-            for name in IDS {
-                let id = TaskId::new(name).expect("a valid id");
-                let partition = Partition::new(queue.clone(), partition_of(&id, partitions));
+            for name in self.ids {
+                let id = TaskId::new(*name).expect("a valid id");
+                let index = self.layout(partitions).partition_of(&id);
+                let partition = Partition::new(queue.clone(), index);
                 let answers = self.get(&partition, &id).await;
                 steps.push(Step::new(format!("get {partition} {id}"), answers));
             }

@@ -2,10 +2,12 @@
 
 use bytes::Bytes;
 use delayq_storage::{
-    FailAction, LookRequest, NewTask, Partition, ScheduleMode, TaskStore, MAX_DUE_MS,
+    AckOutcome, Cancel, FailAction, FailOutcome, LookRequest, NewTask, Partition, ScheduleMode,
+    ScheduleOutcome, TaskStore, MAX_DUE_MS,
 };
 
 use super::{due_ms, settle, t, Lease, Step, Twins};
+use crate::limits::Report;
 use crate::normal::{res, Answer};
 use crate::ops::{Due, Op, Retry, BASE, OWNERS, PAYLOADS, SLOT};
 
@@ -58,6 +60,13 @@ impl Twins {
                 let raw = each!(self, |store, side| store
                     .schedule_many(items.clone(), mode)
                     .await);
+                if let (Some(limits), Ok(outcomes)) = (self.limits.as_mut(), &raw[0]) {
+                    for ((partition, task), outcome) in items.iter().zip(outcomes) {
+                        if let Ok(ScheduleOutcome::Replaced { .. }) = outcome {
+                            limits.replaced(partition, &task.id);
+                        }
+                    }
+                }
                 let answers = self.pair(raw, |_, r| {
                     Answer::ScheduledMany(res(r, |items| {
                         items.into_iter().map(|item| res(item, |o| o)).collect()
@@ -68,6 +77,9 @@ impl Twins {
             Op::Cancel { task } => {
                 let (partition, id) = self.task(task);
                 let raw = each!(self, |store, side| store.cancel(&partition, &id).await);
+                if let (Some(limits), Ok(Cancel::Cancelled)) = (self.limits.as_mut(), &raw[0]) {
+                    limits.cancelled(&partition, &id);
+                }
                 let answers = self.pair(raw, |_, r| Answer::Cancelled(res(r, |c| c)));
                 (format!("cancel {partition} {id}"), answers)
             }
@@ -84,34 +96,9 @@ impl Twins {
             } => {
                 let partition = self.partition(at);
                 let owner = OWNERS[usize::from(owner) % OWNERS.len()];
-                let now_ms = self.now_ms;
-                let deadline_ms = now_ms + u64::from(lease_slots) * SLOT;
-                let what = format!(
-                    "claim {partition} at {} limit {limit} lease until {} by {owner}",
-                    t(now_ms),
-                    t(deadline_ms)
-                );
-                let raw = each!(self, |store, side| store
-                    .claim_due(&partition, now_ms, usize::from(limit), deadline_ms, owner)
-                    .await);
-                if let [Ok(real), Ok(memory)] = &raw {
-                    if !real.tasks.is_empty() || !memory.tasks.is_empty() {
-                        let claimed_at = self.checkpoints.start_of(n);
-                        self.receipts.insert(partition.clone(), claimed_at);
-                    }
-                    for (r, m) in real.tasks.iter().zip(&memory.tasks) {
-                        self.leases.push(Lease {
-                            partition: partition.clone(),
-                            owner,
-                            deadline_ms,
-                            op: n,
-                            tokens: [r.token.clone(), m.token.clone()],
-                        });
-                    }
-                }
-                let answers = self.pair(raw, |norm, r| {
-                    Answer::Claim(res(r, |batch| norm.batch(&partition, &batch)))
-                });
+                let (what, answers, _) = self
+                    .claim(n, &partition, usize::from(limit), lease_slots, owner)
+                    .await;
                 (what, answers)
             }
             Op::RecoverClaim { lease, same_owner } => {
@@ -148,10 +135,8 @@ impl Twins {
                     return ("ack (no lease yet)".to_owned(), Self::skipped());
                 };
                 let what = format!("ack {}", Self::describe(held));
-                let tokens = held.tokens.clone();
-                let raw = each!(self, |store, side| store.ack(&tokens[side]).await);
-                settle().await;
-                (what, self.pair(raw, |_, r| Answer::Acked(res(r, |o| o))))
+                let index = usize::from(lease) % self.leases.len();
+                (what, self.ack_lease(index).await)
             }
             Op::Fail { lease, retry } => {
                 let Some(held) = self.lease(lease) else {
@@ -172,11 +157,22 @@ impl Twins {
                 };
                 let what = format!("fail {} {shown}", Self::describe(held));
                 let tokens = held.tokens.clone();
+                let partition = held.partition.clone();
                 let error = format!("failed in op {n}");
                 let raw = each!(self, |store, side| store
                     .fail(&tokens[side], &error, action)
                     .await);
                 settle().await;
+                if let Some(limits) = self.limits.as_mut() {
+                    let report = match &raw[0] {
+                        Ok(FailOutcome::Retrying { .. }) => Report::Retrying,
+                        Ok(FailOutcome::DeadLettered) => Report::DeadLettered,
+                        Ok(FailOutcome::Superseded) => Report::Superseded,
+                        Err(_) => Report::Stale,
+                    };
+                    let index = usize::from(lease) % self.leases.len();
+                    limits.reported(&partition, &tokens[0].id, index, report);
+                }
                 (what, self.pair(raw, |_, r| Answer::Failed(res(r, |o| o))))
             }
             Op::Renew { lease, slots } => {
@@ -186,9 +182,14 @@ impl Twins {
                 let deadline_ms = self.now_ms + u64::from(slots) * SLOT;
                 let what = format!("renew {} until {}", Self::describe(held), t(deadline_ms));
                 let tokens = held.tokens.clone();
+                let partition = held.partition.clone();
                 let raw = each!(self, |store, side| store
                     .renew(&tokens[side], deadline_ms)
                     .await);
+                if let (Some(limits), Ok(())) = (self.limits.as_mut(), &raw[0]) {
+                    let index = usize::from(lease) % self.leases.len();
+                    limits.renewed(&partition, &tokens[0].id, index, deadline_ms);
+                }
                 (what, self.pair(raw, |_, r| Answer::Renewed(res(r, |o| o))))
             }
             Op::Advance { slots } => {
@@ -201,15 +202,8 @@ impl Twins {
             }
             Op::RequeueExpired { at, limit } => {
                 let partition = self.partition(at);
-                let now_ms = self.now_ms;
-                let raw = each!(self, |store, side| store
-                    .requeue_expired(&partition, now_ms, usize::from(limit))
-                    .await);
-                let what = format!("requeue_expired {partition} at {} limit {limit}", t(now_ms));
-                (
-                    what,
-                    self.pair(raw, |_, r| Answer::Requeued(res(r, |ids| ids))),
-                )
+                self.requeue_expired(n, &partition, usize::from(limit))
+                    .await
             }
             Op::Look {
                 at,
@@ -239,6 +233,11 @@ impl Twins {
                     t(request.window_end_ms),
                 );
                 let raw = each!(self, |store, side| store.look(&partition, &request).await);
+                if let (Some(limits), Ok(report)) = (self.limits.as_mut(), &raw[0]) {
+                    let op = format!("op {n}");
+                    let limit = request.requeue_limit;
+                    limits.swept(&op, &partition, request.now_ms, limit, &report.requeued);
+                }
                 (
                     what,
                     self.pair(raw, |_, r| Answer::Look(res(r, |report| report))),
@@ -350,15 +349,115 @@ impl Twins {
         let raw = each!(self, |store, side| store
             .schedule(partition, task.clone(), mode)
             .await);
+        if let (Some(limits), Ok(ScheduleOutcome::Replaced { .. })) =
+            (self.limits.as_mut(), &raw[0])
+        {
+            limits.replaced(partition, &task.id);
+        }
         let answers = self.pair(raw, |_, r| Answer::Scheduled(res(r, |o| o)));
         (what, answers)
+    }
+
+    /// `claim_due` of up to `limit` tasks of `partition` at `now` by `owner`, with a lease of
+    /// `lease_slots` (operation `n`): the tasks' leases are kept, their claims checked
+    /// against the per-key limits; returns the indexes of the new leases too.
+    pub(super) async fn claim(
+        &mut self,
+        n: usize,
+        partition: &Partition,
+        limit: usize,
+        lease_slots: u8,
+        owner: &'static str,
+    ) -> (String, [Answer; 2], Vec<usize>) {
+        let now_ms = self.now_ms;
+        let deadline_ms = now_ms + u64::from(lease_slots) * SLOT;
+        let what = format!(
+            "claim {partition} at {} limit {limit} lease until {} by {owner}",
+            t(now_ms),
+            t(deadline_ms)
+        );
+        let raw = each!(self, |store, side| store
+            .claim_due(partition, now_ms, limit, deadline_ms, owner)
+            .await);
+        let mut leases = Vec::new();
+        if let [Ok(real), Ok(memory)] = &raw {
+            if !real.tasks.is_empty() || !memory.tasks.is_empty() {
+                let claimed_at = self.checkpoints.start_of(n);
+                self.receipts.insert(partition.clone(), claimed_at);
+            }
+            for (r, m) in real.tasks.iter().zip(&memory.tasks) {
+                let index = self.leases.len();
+                leases.push(index);
+                self.leases.push(Lease {
+                    partition: partition.clone(),
+                    owner,
+                    deadline_ms,
+                    op: n,
+                    tokens: [r.token.clone(), m.token.clone()],
+                });
+                if let Some(limits) = self.limits.as_mut() {
+                    let op = format!("op {n}");
+                    limits.claimed(
+                        &op,
+                        partition,
+                        &r.id,
+                        r.generation,
+                        index,
+                        deadline_ms,
+                        now_ms,
+                    );
+                }
+            }
+        }
+        let answers = self.pair(raw, |norm, r| {
+            Answer::Claim(res(r, |batch| norm.batch(partition, &batch)))
+        });
+        (what, answers, leases)
+    }
+
+    /// `ack` of the lease of index `index` on both stores, its report given to the account.
+    pub(super) async fn ack_lease(&mut self, index: usize) -> [Answer; 2] {
+        let held = &self.leases[index];
+        let (partition, tokens) = (held.partition.clone(), held.tokens.clone());
+        let raw = each!(self, |store, side| store.ack(&tokens[side]).await);
+        settle().await;
+        if let Some(limits) = self.limits.as_mut() {
+            let report = match &raw[0] {
+                Ok(AckOutcome::Completed) => Report::Completed,
+                Ok(AckOutcome::Superseded) => Report::Superseded,
+                Err(_) => Report::Stale,
+            };
+            limits.reported(&partition, &tokens[0].id, index, report);
+        }
+        self.pair(raw, |_, r| Answer::Acked(res(r, |o| o)))
+    }
+
+    /// `requeue_expired` of up to `limit` leases of `partition` at `now` (operation `n`).
+    pub(super) async fn requeue_expired(
+        &mut self,
+        n: usize,
+        partition: &Partition,
+        limit: usize,
+    ) -> (String, [Answer; 2]) {
+        let now_ms = self.now_ms;
+        let raw = each!(self, |store, side| store
+            .requeue_expired(partition, now_ms, limit)
+            .await);
+        if let (Some(limits), Ok(requeued)) = (self.limits.as_mut(), &raw[0]) {
+            limits.swept(&format!("op {n}"), partition, now_ms, limit, requeued);
+        }
+        let what = format!("requeue_expired {partition} at {} limit {limit}", t(now_ms));
+        (
+            what,
+            self.pair(raw, |_, r| Answer::Requeued(res(r, |ids| ids))),
+        )
     }
 
     fn skipped() -> [Answer; 2] {
         [Answer::Skipped, Answer::Skipped]
     }
 
-    fn describe(lease: &Lease) -> String {
+    pub(super) fn describe(lease: &Lease) -> String {
         format!(
             "{} {} (claimed in op {} by {}, lease until {})",
             lease.partition,
