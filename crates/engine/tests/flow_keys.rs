@@ -508,8 +508,7 @@ async fn a_node_asking_for_the_other_flow_keys_setting_is_refused_by_name() {
         )
         .start()
         .await
-        .err()
-        .expect("the other setting is refused");
+        .expect_err("the other setting is refused");
     let message = refused.to_string();
     assert!(
         message.contains(QUEUE) && message.contains("flow_keys"),

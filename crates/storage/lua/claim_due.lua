@@ -81,8 +81,11 @@ local function claim_partition(k)
   -- Tasks put back into `due` by this claim (representatives, unparked ones): added after
   -- the taken ones are removed by rank.
   local later = {}
-  -- Whether this claim met a task of a flow key.
-  local keyed = false
+  -- Whether this claim met a task of a flow key; the keys it found blocked (their later
+  -- tasks in this claim park at once); the tasks it parked per key (counted at the end).
+  local keyed, blocked_keys, parked_per_key = false, {}, {}
+  -- Admissions so far in this call (tags each fire).
+  local fires = 0
   -- With per-key limits, up to 256 due tasks beyond `limit` are looked at when held-back
   -- ones took the places of the first (read on demand, below).
   local most = limit
@@ -165,13 +168,33 @@ local function claim_partition(k)
           local verdict, free_at = 'run', nil
           if flow_key then
             keyed = true
-            verdict, free_at = flow_admit(fc, inflight_key, id, flow_key, gen,
-              claim ~= '' and claim ~= '0', now_ms, lim)
-            if verdict == 'park' then
-              if lim.rate and redis.call('HGET', fc.flow, 'w' .. flow_key) == id then
+            -- Claimed before: a retry or a requeue, which may hold its key's slot (FIFO).
+            local claimed_before = claim ~= '' and claim ~= '0'
+            -- A key blocked earlier in this claim parks its later tasks at once, but for one
+            -- that may hold its slot and for the key's representative (it waits in `due`).
+            if blocked_keys[flow_key] and not claimed_before
+                and not (lim.rate and redis.call('HGET', fc.flow, 'w' .. flow_key) == id) then
+              verdict = 'park'
+            else
+              fires = fires + 1
+              verdict, free_at = flow_admit(fc, inflight_key, id, flow_key, gen,
+                claimed_before, now_ms, lim, now_us_text .. '.' .. fires)
+              if verdict == 'wait' or (verdict == 'park' and free_at) then
+                blocked_keys[flow_key] = true
+              end
+              if verdict == 'park' and lim.rate and redis.call('HGET', fc.flow, 'w' .. flow_key) == id then
                 redis.call('HDEL', fc.flow, 'w' .. flow_key)
               end
+            end
+            if verdict == 'park' then
               flow_park(fc, flow_key, id, score)
+              parked_per_key[flow_key] = (parked_per_key[flow_key] or 0) + 1
+              if not blocked_keys[flow_key] then
+                -- Parked for its own reason (an older run of its id): counted now, as a
+                -- later task of its key may run in this claim.
+                count_parked(fc, flow_key, parked_per_key[flow_key])
+                parked_per_key[flow_key] = nil
+              end
             elseif verdict == 'wait' then
               later[#later + 1] = { string.format('%d', free_at), id }
               if due == '' then
@@ -209,6 +232,10 @@ local function claim_partition(k)
           nreceipt = nreceipt + 2
           claimed = claimed + 1
           if flow_key then
+            if parked_per_key[flow_key] then
+              count_parked(fc, flow_key, parked_per_key[flow_key])
+              parked_per_key[flow_key] = nil
+            end
             -- free_at: with 'run', the key's slots held after this claim.
             flow_unpark_spare(fc, flow_key, free_at, lim, later)
           end
@@ -248,6 +275,9 @@ local function claim_partition(k)
   if keyed then
     -- For the scripts that end attempts: whether a retry keeps its key's slot.
     redis.call('HSET', fc.flow, 'f', lim.fifo and '1' or '0')
+    for flow_key, parked in pairs(parked_per_key) do
+      count_parked(fc, flow_key, parked)
+    end
   end
   if nrec > 0 then
     call_in_chunks('HSET', tasks_key, records)

@@ -15,8 +15,9 @@
 --                          for the scripts that end attempts
 --   fc.parked  ZSET, all scores 0, members key NUL time NUL id (time: 15 digits): the parked
 --              tasks in key order, then time order, so a key's earliest is one ZRANGEBYLEX
---   fc.fires   ZSET, all scores 0, members key NUL time NUL id: the fires of each key within
---              its rate period
+--   fc.fires   ZSET, all scores 0, members key NUL time NUL tag: the fires of each key within
+--              its rate period (tag: the claim's Redis TIME in µs and its count of fires, so
+--              two fires are never one member)
 --   fc.fire_times ZSET key -> time of its latest fire: to forget the fires of idle keys
 -- Keys and ids hold no NUL (TaskId), so a key's members are exactly ['key\0', 'key\1').
 -- A slot is counted once per claim and given back once per end of that claim: the scripts
@@ -160,12 +161,12 @@ local function flow_remove(fc, id)
   return at
 end
 
--- Parks `id` (out of `due` already), pending at `at`, behind its key.
+-- Parks `id` (out of `due` already), pending at `at`, behind its key; the caller counts it
+-- (count_parked), once per key for a whole claim.
 local function flow_park(fc, key, id, at)
   local padded = time15(at)
   redis.call('ZADD', fc.parked, 0, key .. '\0' .. padded .. '\0' .. id)
   redis.call('HSET', fc.flow, 'p' .. id, padded)
-  count_parked(fc, key, 1)
 end
 
 -- Forgets the fires older than `since` of up to `n` keys whose latest fire is that old.
@@ -183,8 +184,9 @@ end
 -- `claimed_before`) of flow key `key` at `now`, under limits `lim` = { slots = n or nil, rate
 -- = n or nil, period = ms, fifo = bool }: 'run' (its slot and its fire are counted), 'park',
 -- or 'wait', time (the key's representative waits for its rate until then). With 'run', the
--- second value is the key's slots held after it.
-local function flow_admit(fc, inflight_key, id, key, generation, claimed_before, now, lim)
+-- second value is the key's slots held after it; with 'park', true when the whole key is
+-- blocked for the rest of the claim (no slot, or its rate used up), not only this id.
+local function flow_admit(fc, inflight_key, id, key, generation, claimed_before, now, lim, fire_tag)
   if claimed_before and redis.call('ZSCORE', inflight_key, id) then
     -- An older claim of this id still runs (it was scheduled again): this one waits.
     return 'park'
@@ -195,7 +197,7 @@ local function flow_admit(fc, inflight_key, id, key, generation, claimed_before,
     held = redis.call('HINCRBY', fc.flow, 'r' .. key, 1)
     if lim.slots and held > lim.slots then
       redis.call('HINCRBY', fc.flow, 'r' .. key, -1)
-      return 'park'
+      return 'park', true
     end
   end
   if lim.rate then
@@ -210,14 +212,14 @@ local function flow_admit(fc, inflight_key, id, key, generation, claimed_before,
       end
       local representative = redis.call('HGET', fc.flow, 'w' .. key)
       if representative and representative ~= id then
-        return 'park'
+        return 'park', true
       end
       local oldest = redis.call('ZRANGEBYLEX', fc.fires, key_first(key), key_end(key), 'LIMIT', fired - lim.rate, 1)
       local _, at = string.match(oldest[1], '^(.-)%z(%d+)%z')
       redis.call('HSET', fc.flow, 'w' .. key, id)
       return 'wait', tonumber(at) + lim.period
     end
-    redis.call('ZADD', fc.fires, 0, key .. '\0' .. time15(now) .. '\0' .. id)
+    redis.call('ZADD', fc.fires, 0, key .. '\0' .. time15(now) .. '\0' .. fire_tag)
     redis.call('ZADD', fc.fire_times, now, key)
     if redis.call('HGET', fc.flow, 'w' .. key) == id then
       redis.call('HDEL', fc.flow, 'w' .. key)
