@@ -87,8 +87,8 @@ mod tests {
         assert_eq!(
             keys_table("hooks", &keys, 185_000),
             "KEY         RUNNING  WAITING  LONGEST_WAIT\n\
-             customer-7        1       12        3m 4s\n\
-             b                 2        3         5.0s\n"
+             customer-7        1       12         3m 4s\n\
+             b                 2        3          5.0s\n"
         );
         assert_eq!(
             keys_table("hooks", &[], 0),
