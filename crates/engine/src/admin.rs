@@ -1,6 +1,7 @@
 //! What operators see and do beside scheduling: the next pending tasks of a queue, dead
 //! letters (list, retry, purge), the flow keys holding tasks back, the live nodes with the
-//! partitions each owns, readiness, and the node gauges of the metrics. The `delayq` command line and `delayq-http` use these.
+//! partitions each owns, readiness, and the node gauges of the metrics. The `delayq` command
+//! line and `delayq-http` use these.
 //!
 //! A listing of N entries (`pending`, `dead_letters`; N in 1..=[`MAX_LIST_LIMIT`], else
 //! [`EngineError::InvalidLimit`]) reads at most N records
