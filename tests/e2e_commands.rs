@@ -185,7 +185,7 @@ fn schedule_get_cancel_print_the_documented_json() {
     let stats = env.json(&["stats", "--json"]);
     assert_eq!(
         stats["orders"],
-        json!({"pending": 1, "due_now": 0, "inflight": 0, "dead": 0, "done": 0, "paused": false})
+        json!({"pending": 1, "due_now": 0, "inflight": 0, "dead": 0, "done": 0, "held_back": 0, "paused": false})
     );
     let table = env.run(&["stats"]);
     let table = String::from_utf8_lossy(&table.stdout);

@@ -7,7 +7,8 @@
 //!   confirmation) act on one dead letter; the recurring schedules are listed with their
 //!   cadence, next tick and counts, and Pause / Resume act on one (the API agrees); Pause
 //!   on a queue's row shows it paused (and `delayq stats --json` agrees), Resume undoes it; a
-//!   screenshot goes to `target/dashboard.png`.
+//!   queue with flow keys shows its held-back count and the key holding tasks back (running
+//!   and waiting), gone once its handler goes on; a screenshot goes to `target/dashboard.png`.
 //! - Served by `delayq serve` with a token: the page asks for the token once (again only
 //!   after a refused one), sends it as a header (no cookie), lists a node that joined after
 //!   it started, retries and purges all the dead letters of a queue, and pauses a recurring
@@ -47,7 +48,10 @@ static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
     let chromium = chromium();
-    let env = Env::start("queue_defaults:\n  max_attempts: 1\n  partitions: 8\n");
+    let env = Env::start(
+        "queue_defaults:\n  max_attempts: 1\n  partitions: 8\n\
+         queues:\n  webhooks:\n    flow_keys: true\n    per_key_concurrency: 1\n    timeout: 60s\n",
+    );
     let mut failing = failing_node(&env, &["payments"]);
     for id in ["pay-1042", "pay-1043"] {
         env.json(&[
@@ -124,7 +128,7 @@ async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
     wait_for(
         page,
         "the orders' lateness",
-        "$text('#queues tr[data-queue=\"orders\"] td:nth-child(7)').includes('ms')",
+        "$text('#queues tr[data-queue=\"orders\"] td:nth-child(8)').includes('ms')",
     )
     .await;
     wait_for(
@@ -291,6 +295,58 @@ async fn dashboard_on_a_node_shows_the_cluster_and_acts_on_dead_letters() {
         "$text('#dead').includes('No dead letters')",
     )
     .await;
+
+    // Flow keys: a node on webhooks whose handler waits for a file; the key api.example.com
+    // runs one task at a time, so two of its three are held back, in the queue's row and in
+    // the keys of the selected queue; once the handler goes on, no key holds any back.
+    let go = env.dir.path().join("go");
+    let mut gated = gated_node(&env, "webhooks", &go);
+    for n in 0..3 {
+        let id = format!("hook:{{api.example.com}}:{n}");
+        env.json(&["schedule", "webhooks", &id, "--in", "0s"]);
+    }
+    wait_until(
+        WAIT,
+        "two webhooks held back",
+        || env.stats("webhooks")["held_back"] == 2,
+        || format!("{:?}", env.stats("webhooks")),
+    );
+    wait_for(
+        page,
+        "the webhooks row",
+        "$text('#queues tr[data-queue=\"webhooks\"] td[data-cell=\"held-back\"]') === '2'",
+    )
+    .await;
+    click(page, "#queues tr[data-queue=\"webhooks\"] td.queue").await;
+    let key = "#keys tr[data-key=\"api.example.com\"]";
+    wait_for(
+        page,
+        "the key holding tasks back",
+        &format!(
+            "$text('{key} td:nth-child(2)') === '1' && $text('{key} td:nth-child(3)') === '2'"
+        ),
+    )
+    .await;
+    assert!(
+        eval::<String>(page, &format!("$text('{key} td:nth-child(4)')"))
+            .await
+            .ends_with('s'),
+        "the longest wait is a duration"
+    );
+    assert!(
+        eval::<String>(page, "$text('#keys-hint')")
+            .await
+            .starts_with("2 held back"),
+        "the hint counts the queue's held-back tasks"
+    );
+    std::fs::write(&go, "").expect("let the handler go");
+    wait_for(
+        page,
+        "no key holding tasks back",
+        "$text('#keys').includes('No flow key holds tasks back') && $text('#queues tr[data-queue=\"webhooks\"] td[data-cell=\"held-back\"]') === '0'",
+    )
+    .await;
+    stop(&mut gated);
 
     browser.finish(&[]).await;
 }
@@ -768,6 +824,27 @@ async fn pause_queue_from_the_page(env: &Env, page: &Page, name: &str, pause: bo
     .await;
     let stats = env.json(&["stats", "--json"]);
     assert_eq!(stats[name]["paused"], pause, "the CLI agrees: {stats}");
+}
+
+/// A node serving `queue` whose handler waits until the file `go` exists.
+fn gated_node(env: &Env, queue: &str, go: &std::path::Path) -> NodeProcess {
+    let script = format!(
+        "cat > /dev/null; while [ ! -e '{}' ]; do sleep 0.05; done",
+        go.display()
+    );
+    env.spawn_node(
+        "gated",
+        &[
+            "--queue",
+            queue,
+            "--handler",
+            "exec",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
 }
 
 /// A node whose handler fails every task of `queues` with "card declined".

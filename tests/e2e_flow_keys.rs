@@ -3,7 +3,9 @@
 //! which prove the bounds: `per_key_concurrency: 2` (no key ever runs 3 at once across the
 //! processes, each key uses both slots) and `per_key_order: fifo` with a retry (one at a time,
 //! in due order, the retry before the next task). A node asking for `flow_keys: false` on the
-//! registered queue does not start and names the queue.
+//! registered queue does not start and names the queue. `delayq keys` lists the keys holding
+//! tasks back (JSON and table, `--limit` honoured and bounded) while a gated handler blocks
+//! the queue's keys, and `delayq stats` counts them as `held_back`.
 
 mod common;
 
@@ -187,4 +189,117 @@ fn per_key_bounds_hold_across_three_node_processes_by_the_handlers_own_clocks() 
         stderr.contains("hooks") && stderr.contains("flow_keys"),
         "the error names the queue and the key: {stderr}"
     );
+}
+
+const GATED: &str = "\
+queue_defaults:
+  partitions: 4
+  timeout: 60s
+queues:
+  gated:
+    flow_keys: true
+    per_key_concurrency: 1
+";
+
+/// Waits until the file `$E2E_GO` exists.
+const GATE: &str = r#"
+cat > /dev/null
+while [ ! -e "$E2E_GO" ]; do sleep 0.05; done
+"#;
+
+/// The `waiting` counts of `delayq keys QUEUE --json`, in the order listed.
+fn waiting(keys: &serde_json::Value) -> Vec<u64> {
+    keys.as_array()
+        .map(|keys| {
+            keys.iter()
+                .filter_map(|key| key["waiting"].as_u64())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn delayq_keys_lists_the_keys_holding_tasks_back_while_a_handler_blocks() {
+    let env = Env::start(GATED);
+    let script = env.dir.path().join("gate.sh");
+    std::fs::write(&script, GATE).expect("write the handler script");
+    let go = env.dir.path().join("go");
+    let mut command = env.command(&["node", "--handler", "exec", "--", "/bin/sh"]);
+    command.arg(&script).env("E2E_GO", &go);
+    let _node = NodeProcess::spawn("gated", command);
+    env.wait_for_members(1);
+
+    // Four tasks of acct-1 and two of acct-2, due now: one of each runs, the rest wait.
+    let lines: String = (0..4)
+        .map(|n| format!("{{\"id\":\"pay:{{acct-1}}:{n}\",\"delay_ms\":0}}\n"))
+        .chain((0..2).map(|n| format!("{{\"id\":\"pay:{{acct-2}}:{n}\",\"delay_ms\":0}}\n")))
+        .collect();
+    common::load_tasks(&env, "gated", &lines, 6);
+    wait_until(
+        Duration::from_secs(20),
+        "acct-1 and acct-2 to hold tasks back",
+        || waiting(&env.json(&["keys", "gated", "--json"])) == [3, 1],
+        || env.json(&["keys", "gated", "--json"]).to_string(),
+    );
+    let keys = env.json(&["keys", "gated", "--json"]);
+    let now = now_ms();
+    for (index, key, waiting) in [(0, "acct-1", 3), (1, "acct-2", 1)] {
+        let listed = &keys[index];
+        assert_eq!(listed["queue"], "gated", "{keys}");
+        assert_eq!(listed["key"], key, "the most waiting first: {keys}");
+        assert_eq!(listed["running"], 1, "{keys}");
+        assert_eq!(listed["waiting"], waiting, "{keys}");
+        let oldest = listed["oldest_due_ms"].as_u64().expect("oldest_due_ms");
+        assert!(oldest > 0 && oldest <= now, "{keys}");
+    }
+
+    // The table: one row per key under KEY RUNNING WAITING LONGEST_WAIT.
+    let output = env.run(&["keys", "gated"]);
+    common::assert_success(&output, &["keys", "gated"]);
+    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        rows[0],
+        ["KEY", "RUNNING", "WAITING", "LONGEST_WAIT"],
+        "{table}"
+    );
+    assert_eq!(rows[1][..3], ["acct-1", "1", "3"], "{table}");
+    assert_eq!(rows[2][..3], ["acct-2", "1", "1"], "{table}");
+    assert!(rows[1][3].ends_with('s'), "a duration: {table}");
+    assert_eq!(rows.len(), 3, "{table}");
+
+    // --limit: honoured, and bounded (a usage error, exit 2).
+    let first = env.json(&["keys", "gated", "--limit", "1", "--json"]);
+    assert_eq!(waiting(&first), [3], "{first}");
+    for bad in ["0", "1001", "x"] {
+        let output = env.run(&["keys", "gated", "--limit", bad]);
+        assert_eq!(output.status.code(), Some(2), "--limit {bad}");
+    }
+    let output = env.run(&["keys", "nowhere"]);
+    common::assert_success(&output, &["keys", "nowhere"]);
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "no flow key holds tasks back in nowhere\n"
+    );
+
+    // delayq stats counts them: four held back, in pending and due now too.
+    let counts = env.stats("gated");
+    assert_eq!(counts["held_back"], 4, "{counts:?}");
+    assert_eq!(counts["pending"], 4, "{counts:?}");
+    assert_eq!(counts["inflight"], 2, "{counts:?}");
+    let output = env.run(&["stats"]);
+    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(table.contains("HELD_BACK"), "{table}");
+
+    // Let the handlers go: every task runs, nothing is held back any more.
+    std::fs::write(&go, "").expect("open the gate");
+    env.wait_until_settled("gated", 6, Duration::from_secs(30));
+    assert_eq!(
+        env.json(&["keys", "gated", "--json"]),
+        serde_json::json!([])
+    );
+    assert_eq!(env.stats("gated")["held_back"], 0);
 }

@@ -8,6 +8,7 @@ mod error;
 mod handlers;
 mod harness;
 mod inspect;
+mod keys;
 mod load;
 mod migrate;
 mod node;
@@ -42,6 +43,7 @@ Examples:
   delayq nodes --json
   delayq pending order-timeout --limit 10       # the next tasks by due time
   delayq dead order-timeout                     # dead letters with their last error
+  delayq keys webhooks                          # flow keys holding tasks back
   delayq retry order-timeout --all              # schedule the dead letters again, now
   delayq serve                                  # HTTP API, dashboard, /metrics on 127.0.0.1:7070
   delayq queue pause order-timeout              # no fires until `delayq queue resume`
@@ -85,7 +87,7 @@ pub enum Command {
     Cancel(inspect::TaskRef),
     /// Show a task (pending, inflight, dead or done); exits 1 when it is not found.
     Get(inspect::TaskRef),
-    /// Per-queue counts: pending, due now, in flight, dead, done (retained).
+    /// Per-queue counts: pending, due now, in flight, dead, done (retained), held back.
     Stats(stats::StatsArgs),
     /// The live nodes of the cluster and how many partitions each owns.
     Nodes,
@@ -93,6 +95,8 @@ pub enum Command {
     Pending(dead::ListArgs),
     /// The dead letters of a queue with their last error and attempts.
     Dead(dead::ListArgs),
+    /// On a queue with flow keys, the keys holding tasks back, with their running and waiting counts.
+    Keys(keys::KeysArgs),
     /// Schedule dead letters again, due now with attempt 1; prints {"retried":N}.
     Retry(dead::DeadRef),
     /// Delete dead letters; prints {"purged":N}.
@@ -139,6 +143,7 @@ pub async fn run(cli: Cli) -> CliResult<()> {
         Command::Nodes => inspect::nodes(json, load_config(config.as_deref())?).await,
         Command::Pending(args) => dead::pending(args, json, load_config(config.as_deref())?).await,
         Command::Dead(args) => dead::dead(args, json, load_config(config.as_deref())?).await,
+        Command::Keys(args) => keys::run(args, json, load_config(config.as_deref())?).await,
         Command::Retry(args) => dead::retry(args, load_config(config.as_deref())?).await,
         Command::Purge(args) => dead::purge(args, load_config(config.as_deref())?).await,
         Command::Serve(args) => serve::run(args, load_config(config.as_deref())?).await,

@@ -17,9 +17,10 @@ use super::{close, reader, values};
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Columns: PENDING tasks waiting (due or not), DUE_NOW pending tasks already due, INFLIGHT
-claimed and running, DEAD dead letters, DONE completed tasks kept for dedup, PAUSED whether
-`delayq queue pause` stopped its fires.
-With --json: one object per refresh, {\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\",\"paused\"}}.")]
+claimed and running, DEAD dead letters, DONE completed tasks kept for dedup, HELD_BACK due
+tasks waiting for their flow key (counted in PENDING and DUE_NOW too; `delayq keys QUEUE`
+names the keys), PAUSED whether `delayq queue pause` stopped its fires.
+With --json: one object per refresh, {\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\",\"held_back\",\"paused\"}}.")]
 pub struct StatsArgs {
     /// Refresh every INTERVAL (default 2s) until Ctrl-C.
     #[arg(
@@ -99,6 +100,7 @@ fn stats_table(stats: &BTreeMap<String, PartitionStats>, paused: &[String]) -> S
         ("INFLIGHT", true),
         ("DEAD", true),
         ("DONE", true),
+        ("HELD_BACK", true),
         ("PAUSED", false),
     ]);
     for (queue, counts) in stats {
@@ -109,6 +111,7 @@ fn stats_table(stats: &BTreeMap<String, PartitionStats>, paused: &[String]) -> S
             counts.inflight.to_string(),
             counts.dead.to_string(),
             counts.done.to_string(),
+            counts.held_back.to_string(),
             if paused.contains(queue) { "yes" } else { "no" }.to_owned(),
         ]);
     }
@@ -130,12 +133,12 @@ mod tests {
                 inflight: 2,
                 dead: 0,
                 done: 9,
-                held_back: 0,
+                held_back: 1,
             },
         );
         assert_eq!(
             stats_json(&stats, &[]),
-            serde_json::json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9, "paused": false}})
+            serde_json::json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9, "held_back": 1, "paused": false}})
         );
         assert_eq!(
             stats_json(&stats, &["orders".to_owned()])["orders"]["paused"],
@@ -143,6 +146,10 @@ mod tests {
         );
         let table = stats_table(&stats, &[]);
         assert!(table.starts_with("QUEUE   PENDING"), "{table}");
-        assert!(table.contains("orders"), "{table}");
+        assert_eq!(
+            table,
+            "QUEUE   PENDING  DUE_NOW  INFLIGHT  DEAD  DONE  HELD_BACK  PAUSED\n\
+             orders        3        1         2     0     9          1  no\n"
+        );
     }
 }

@@ -249,7 +249,14 @@ impl Env {
     pub fn stats(&self, queue: &str) -> BTreeMap<String, u64> {
         let stats = self.json(&["stats", "--json"]);
         let mut counts = BTreeMap::new();
-        for key in ["pending", "due_now", "inflight", "dead", "done"] {
+        for key in [
+            "pending",
+            "due_now",
+            "inflight",
+            "dead",
+            "done",
+            "held_back",
+        ] {
             let value = stats[queue][key].as_u64().unwrap_or(0);
             counts.insert(key.to_owned(), value);
         }

@@ -1,12 +1,15 @@
 //! What operators see and do beside scheduling: the next pending tasks of a queue, dead
-//! letters (list, retry, purge), the live nodes with the partitions each owns, readiness, and
-//! the node gauges of the metrics. The `delayq` command line and `delayq-http` use these.
+//! letters (list, retry, purge), the flow keys holding tasks back, the live nodes with the
+//! partitions each owns, readiness, and the node gauges of the metrics. The `delayq` command
+//! line and `delayq-http` use these.
 //!
 //! A listing of N entries (`pending`, `dead_letters`; N in 1..=[`MAX_LIST_LIMIT`], else
 //! [`EngineError::InvalidLimit`]) reads at most N records
 //! from the store overall: first the ids and scores of up to N entries of each partition (a
 //! queue is spread over its partitions), merged and cut to N, then the records of only those
 //! N. The payloads come whole; the HTTP API and the command line cut them to a preview.
+//! `held_keys` reads up to N keys per partition (a key lives in one partition) and keeps the
+//! N with the most waiting.
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -14,7 +17,7 @@ use std::future::Future;
 use bytes::Bytes;
 use delayq_coordinator::NodeInfo;
 use delayq_storage::{
-    DeadTask, Partition, QueueName, ScheduleOutcome, StorageError, StorageResult, TaskId,
+    DeadTask, HeldKey, Partition, QueueName, ScheduleOutcome, StorageError, StorageResult, TaskId,
     TaskState, MAX_DUE_MS,
 };
 use futures::stream::{self, StreamExt, TryStreamExt};
@@ -167,6 +170,39 @@ impl Scheduler {
             .await?;
         dead.sort_by(|a, b| (a.failed_ms, &a.id).cmp(&(b.failed_ms, &b.id)));
         Ok(dead)
+    }
+
+    /// Up to `limit` (1..=[`MAX_LIST_LIMIT`]) flow keys of `queue` holding tasks back (as
+    /// `delayq keys` lists them): the keys with the most tasks waiting first (ties by key),
+    /// each with its tasks running (holding a slot) and waiting, and the earliest due among
+    /// the waiting ones. Empty for an unknown queue and for a queue without `flow_keys`.
+    ///
+    /// Reads up to `limit` keys of each partition ([`READ_CONCURRENCY`] partitions at once)
+    /// and keeps the first `limit` overall: the tasks of a key share one partition, so no key
+    /// is listed twice.
+    pub async fn held_keys(&self, queue: &str, limit: usize) -> EngineResult<Vec<HeldKey>> {
+        let queue = QueueName::new(queue)?;
+        let limit = checked_limit(limit)?;
+        let Some(layout) = self.layout_for_read(&queue).await? else {
+            return Ok(Vec::new());
+        };
+        if !layout.flow_keys {
+            return Ok(Vec::new());
+        }
+        let store = self.store();
+        let mut keys: Vec<HeldKey> = stream::iter(0..layout.partitions)
+            .map(|index| {
+                let store = store.clone();
+                let partition = Partition::new(queue.clone(), index);
+                async move { store.held_keys(&partition, limit).await }
+            })
+            .buffer_unordered(READ_CONCURRENCY)
+            .try_concat()
+            .await?;
+        keys.sort_by(|a, b| b.waiting.cmp(&a.waiting).then_with(|| a.key.cmp(&b.key)));
+        keys.truncate(limit);
+        tracing::debug!(queue = %queue, keys = keys.len(), "read the held keys");
+        Ok(keys)
     }
 
     /// Schedules the dead letter `id` again, due now with attempt 1, and wakes its owner.

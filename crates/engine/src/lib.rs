@@ -57,7 +57,7 @@ mod trace;
 mod unconfirmed;
 
 pub use builder::{MemoryBackend, SchedulerBuilder};
-pub use delayq_storage::{Cancel, ScheduleMode, TraceParent, UnknownScheduleMode};
+pub use delayq_storage::{Cancel, HeldKey, ScheduleMode, TraceParent, UnknownScheduleMode};
 pub use error::{EngineError, EngineResult};
 pub use handler::{
     Handler, HandlerError, HandlerFuture, ResourceExhausted, RetryAfter, RESOURCE_RETRY_DELAY,

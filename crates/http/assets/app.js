@@ -1,13 +1,13 @@
 // The delayq dashboard: reads /v1 every 2 s and renders queues (active or paused, with
-// pause / resume), nodes, the recurring
-// schedules (with pause / resume), the selected queue's upcoming tasks and dead letters,
-// and a look-up by id. Everything from the server goes into the page as text (never as
-// HTML). A token, when the server asks for one, is kept in this tab's sessionStorage and
-// sent as a header: no cookies.
+// pause / resume), nodes, the recurring schedules (with pause / resume), the selected
+// queue's upcoming tasks, dead letters and flow keys holding tasks back, and a look-up by
+// id. Everything from the server goes into the page as text (never as HTML). A token, when
+// the server asks for one, is kept in this tab's sessionStorage and sent as a header: no
+// cookies.
 "use strict";
 
 const REFRESH_MS = 2000;
-// Entries of each list (upcoming, dead letters) per refresh: the server reads that many
+// Entries of each list (upcoming, dead letters, flow keys) per refresh: the server reads that many
 // records from Redis and sends each payload cut to a preview.
 const LIST_LIMIT = 20;
 const TOKEN_KEY = "delayq-token";
@@ -221,8 +221,10 @@ function renderSummary(stats, nodes, schedules) {
     ["schedule", schedules.length, ""],
     ["pending", total("pending"), "", true],
     ["in flight", total("inflight"), total("inflight") ? "busy" : "", true],
+    // Only while some queue holds tasks back by flow key.
+    total("held_back") ? ["held back", total("held_back"), "warn", true] : null,
     ["dead", total("dead"), total("dead") ? "bad" : "", true],
-  ];
+  ].filter(Boolean);
   document.getElementById("summary").replaceChildren(...items.map(([label, value, tone, fixed]) =>
     el("span", { class: `stat ${tone}` }, el("b", {}, count(value)), ` ${fixed ? label : plural(value, label)}`)));
 }
@@ -272,6 +274,7 @@ function renderQueues(stats, lateness) {
     el("td", { class: "queue" }, name),
     countCell(counts.pending, "pending-text"),
     countCell(counts.due_now, "warn-text"),
+    el("td", { class: `num ${counts.held_back ? "warn-text" : "muted"}`, "data-cell": "held-back" }, count(counts.held_back)),
     countCell(counts.inflight, "busy-text"),
     el("td", { class: "num" }, counts.dead ? el("span", { class: "pill bad" }, count(counts.dead)) : el("span", { class: "muted" }, "0")),
     countCell(counts.done, "ok-text"),
@@ -283,7 +286,7 @@ function renderQueues(stats, lateness) {
       ? el("button", { type: "button", class: "action small", "data-action": "resume", onclick: (event) => pauseQueue(event, name, false) }, "Resume")
       : el("button", { type: "button", class: "action small", "data-action": "pause", onclick: (event) => pauseQueue(event, name, true) }, "Pause"))));
   });
-  setRows("queues", rows, "No queues yet: schedule a task and it appears here.", state.readOnly ? 9 : 10);
+  setRows("queues", rows, "No queues yet: schedule a task and it appears here.", state.readOnly ? 10 : 11);
   for (const label of document.querySelectorAll("[data-selected-queue]")) {
     label.textContent = state.selected || "";
   }
@@ -400,6 +403,21 @@ function renderDead(tasks) {
   document.getElementById("purge-all").disabled = none;
 }
 
+// The flow keys of the selected queue holding tasks back (GET v1/queues/{queue}/keys), the
+// most waiting first, under a hint with the queue's held-back count.
+function renderKeys(keys, counts) {
+  const rows = keys.map((key) => el("tr", { dataset: { key: key.key } },
+    el("td", { class: "mono id" }, key.key),
+    cell(count(key.running), "num"),
+    el("td", { class: "num warn-text" }, count(key.waiting)),
+    el("td", { class: "num", title: `earliest due ${clock(key.oldest_due_ms)}` }, duration(key.longest_wait_ms))));
+  setRows("keys", rows, state.selected ? "No flow key holds tasks back." : "Select a queue.", 4);
+  const held = counts ? counts.held_back || 0 : 0;
+  document.getElementById("keys-hint").textContent = state.selected
+    ? `${count(held)} held back · the keys with the most waiting first (per_key_concurrency, per_key_rate, per_key_order)`
+    : "";
+}
+
 function renderTask(task) {
   const fields = [
     ["queue", task.queue], ["id", task.id], ["due", `${clock(task.due_ms)} (${task.due_ms})`],
@@ -511,15 +529,18 @@ async function refresh() {
     renderNodes(nodes);
     renderRecurring(schedules);
     if (state.selected && stats[state.selected]) {
-      const [pending, dead] = await Promise.all([
+      const [pending, dead, keys] = await Promise.all([
         api("GET", `${queuePath(state.selected)}/pending?limit=${LIST_LIMIT}`),
         api("GET", `${queuePath(state.selected)}/dead?limit=${LIST_LIMIT}`),
+        api("GET", `${queuePath(state.selected)}/keys?limit=${LIST_LIMIT}`),
       ]);
       renderPending(pending);
       renderDead(dead);
+      renderKeys(keys, stats[state.selected]);
     } else {
       renderPending([]);
       renderDead([]);
+      renderKeys([], null);
     }
     banner("");
     document.getElementById("updated").textContent = `updated ${clock(now())}`;

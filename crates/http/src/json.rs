@@ -7,7 +7,7 @@ use base64::Engine as _;
 use delayq_coordinator::QueueFilter;
 use delayq_engine::admin::{NodeStatus, PendingTask};
 use delayq_engine::recurring::{Cadence, RecurringSchedule, RecurringSet};
-use delayq_storage::{Cancel, DeadTask, PartitionStats, TaskInfo};
+use delayq_storage::{Cancel, DeadTask, HeldKey, PartitionStats, TaskInfo};
 use serde_json::{json, Map, Value};
 
 /// Puts the payload into `object`: as `"payload"` (a string) when it is UTF-8, else as
@@ -85,8 +85,9 @@ pub fn task(queue: &str, info: &TaskInfo) -> Value {
 }
 
 /// Per-queue counts as `delayq stats --json` prints them:
-/// `{"<queue>":{"pending","due_now","inflight","dead","done","paused"}}` (`paused`: the
-/// queue is in `paused`).
+/// `{"<queue>":{"pending","due_now","inflight","dead","done","held_back","paused"}}`
+/// (`held_back`: due tasks waiting for their flow key, counted in `pending` and `due_now`
+/// too; `paused`: the queue is in `paused`).
 pub fn stats(stats: &BTreeMap<String, PartitionStats>, paused: &[String]) -> Value {
     let object: Map<String, Value> = stats
         .iter()
@@ -97,6 +98,7 @@ pub fn stats(stats: &BTreeMap<String, PartitionStats>, paused: &[String]) -> Val
                 "inflight": counts.inflight,
                 "dead": counts.dead,
                 "done": counts.done,
+                "held_back": counts.held_back,
                 "paused": paused.contains(queue),
             });
             (queue.clone(), counts)
@@ -174,6 +176,27 @@ pub fn dead(queue: &str, tasks: &[DeadTask]) -> Value {
                 );
                 insert_payload_preview(&mut object, &task.payload);
                 Value::Object(object)
+            })
+            .collect(),
+    )
+}
+
+/// The flow keys holding tasks back as `delayq keys --json` prints them: one object per key,
+/// `{"queue","key","running","waiting","oldest_due_ms","longest_wait_ms"}`, the most waiting
+/// first; `longest_wait_ms` is how long the earliest-due waiting task has waited at `now_ms`
+/// (the cluster clock), 0 when it is not due yet.
+pub fn held_keys(queue: &str, keys: &[HeldKey], now_ms: u64) -> Value {
+    Value::Array(
+        keys.iter()
+            .map(|key| {
+                json!({
+                    "queue": queue,
+                    "key": key.key,
+                    "running": key.running,
+                    "waiting": key.waiting,
+                    "oldest_due_ms": key.oldest_due_ms,
+                    "longest_wait_ms": now_ms.saturating_sub(key.oldest_due_ms),
+                })
             })
             .collect(),
     )
@@ -374,7 +397,33 @@ mod tests {
         );
         assert_eq!(
             stats(&counts, &["orders".to_owned()]),
-            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9, "paused": true}})
+            json!({"orders": {"pending": 3, "due_now": 1, "inflight": 2, "dead": 0, "done": 9, "held_back": 0, "paused": true}})
         );
+    }
+
+    #[test]
+    fn held_keys_list_their_counts_and_the_longest_wait() {
+        let keys = [
+            HeldKey {
+                key: "customer-7".to_owned(),
+                running: 1,
+                waiting: 4,
+                oldest_due_ms: 1_000,
+            },
+            HeldKey {
+                key: "later".to_owned(),
+                running: 0,
+                waiting: 1,
+                oldest_due_ms: 9_000,
+            },
+        ];
+        assert_eq!(
+            held_keys("hooks", &keys, 5_000),
+            json!([
+                {"queue": "hooks", "key": "customer-7", "running": 1, "waiting": 4, "oldest_due_ms": 1_000, "longest_wait_ms": 4_000},
+                {"queue": "hooks", "key": "later", "running": 0, "waiting": 1, "oldest_due_ms": 9_000, "longest_wait_ms": 0},
+            ])
+        );
+        assert_eq!(held_keys("hooks", &[], 5_000), json!([]));
     }
 }

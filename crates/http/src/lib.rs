@@ -246,6 +246,7 @@ fn v1_routes() -> OpenApiRouter<Arc<AppState>> {
             routes::tasks::cancel
         ))
         .routes(routes!(routes::queues::pending))
+        .routes(routes!(routes::queues::keys))
         .routes(routes!(routes::queues::delete))
         .routes(routes!(routes::queues::pause))
         .routes(routes!(routes::queues::resume))

@@ -101,7 +101,7 @@ pub(crate) struct Unavailable(ErrorBody);
     components(schemas(ErrorBody)),
     tags(
         (name = "tasks", description = "Schedule, look up and cancel tasks"),
-        (name = "queues", description = "Queue counts, upcoming tasks, pause and resume"),
+        (name = "queues", description = "Queue counts, upcoming tasks, flow keys holding tasks back, pause and resume"),
         (name = "dead letters", description = "Tasks out of attempts: list, retry, purge"),
         (name = "recurring", description = "Recurring schedules (cron or every)"),
         (name = "cluster", description = "Nodes, health, readiness and metrics"),

@@ -3,9 +3,10 @@
 //!
 //! The engine records through the `metrics` facade; without a recorder that costs next to
 //! nothing, so a service that embeds delayq chooses its own. The queue counts
-//! (`delayq_queue_tasks{queue,state}`) need a read of every partition, so a scrape reuses
-//! the last read for [`HttpOptions::queue_stats_ttl`](crate::HttpOptions) and concurrent
-//! scrapes share one refresh. The read itself is [`Scheduler::stats`]: 16 partitions at once
+//! (`delayq_queue_tasks{queue,state}`; `state="held_back"` counts the tasks waiting for their
+//! flow key, one series per queue, never a label per key) need a read of every partition, so
+//! a scrape reuses the last read for [`HttpOptions::queue_stats_ttl`](crate::HttpOptions) and
+//! concurrent scrapes share one refresh. The read itself is [`Scheduler::stats`]: 16 partitions at once
 //! over all queues, and one read at a time per scheduler, shared with the `GET /v1/queues`
 //! callers (the dashboard) waiting at the same time.
 
@@ -129,7 +130,8 @@ fn describe() {
     );
     describe_gauge!(
         "delayq_queue_tasks",
-        "Tasks per queue and state (pending, due_now, inflight, dead, done)"
+        "Tasks per queue and state (pending, due_now, inflight, dead, done, held_back: due \
+         tasks waiting for their flow key, counted in pending and due_now too)"
     );
     describe_gauge!(
         "delayq_queue_paused",
@@ -210,6 +212,8 @@ impl QueueGauges {
                         ("inflight", counts.inflight),
                         ("dead", counts.dead),
                         ("done", counts.done),
+                        // One series per queue, never per key: keys are unbounded.
+                        ("held_back", counts.held_back),
                     ] {
                         metrics::gauge!("delayq_queue_tasks", "queue" => queue.clone(), "state" => state)
                             .set(value as f64);

@@ -366,6 +366,23 @@ fn answers() -> Vec<(&'static str, Value)> {
         )),
         ("Retried", answer("How many dead letters are due again", json!({"retried": count}))),
         ("Purged", answer("How many dead letters were deleted", json!({"purged": count}))),
+        ("HeldKey", answer(
+            "A flow key holding tasks back, as `delayq keys --json` lists it",
+            json!({
+                "queue": text,
+                "key": {"type": "string", "minLength": 1, "description": "The flow key: the part of the ids between the first { and the next }"},
+                "running": {"type": "integer", "minimum": 0, "description": "Tasks of the key holding a slot (running, or with FIFO order waiting for a retry)"},
+                "waiting": {"type": "integer", "minimum": 0, "description": "Tasks of the key held back: due, waiting for a slot or for the key's rate"},
+                "oldest_due_ms": {"type": "integer", "minimum": 0, "description": "The earliest due among the waiting tasks"},
+                "longest_wait_ms": {"type": "integer", "minimum": 0, "description": "How long that task has waited, on the cluster clock"},
+            }),
+        )),
+        ("HeldKeys", json!({
+            "type": "array",
+            "description": "The flow keys holding tasks back, the most waiting first (ties by key)",
+            "items": {"$ref": "#/components/schemas/HeldKey"},
+            "maxItems": delayq_engine::admin::MAX_LIST_LIMIT,
+        })),
         ("RecurringSet", answer(
             "What a recurring upsert did",
             json!({
@@ -391,6 +408,7 @@ pub fn answer_of(operation_id: &str) -> Option<Value> {
         "delete_queue" => "QueueDeleted",
         "retry_dead_letter" | "retry_all_dead_letters" => "Retried",
         "purge_dead_letter" | "purge_all_dead_letters" => "Purged",
+        "list_held_keys" => "HeldKeys",
         "set_recurring" => "RecurringSet",
         "delete_recurring" => "RecurringDeleted",
         _ => return None,

@@ -73,7 +73,7 @@ async fn schedule_get_cancel_answer_like_the_cli() {
     let stats = api.ok("/v1/queues").await;
     assert_eq!(
         stats["orders"],
-        json!({"pending": 2, "due_now": 0, "inflight": 0, "dead": 0, "done": 0, "paused": false})
+        json!({"pending": 2, "due_now": 0, "inflight": 0, "dead": 0, "done": 0, "held_back": 0, "paused": false})
     );
 
     let (status, cancelled) = api

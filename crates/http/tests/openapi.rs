@@ -313,6 +313,39 @@ async fn the_document_describes_bodies_parameters_errors_and_the_token() {
             "{listed}"
         );
     }
+    let keys = &document["paths"]["/v1/queues/{queue}/keys"]["get"];
+    let limit = keys["parameters"]
+        .as_array()
+        .expect("parameters")
+        .iter()
+        .find(|parameter| parameter["name"] == "limit")
+        .unwrap_or_else(|| panic!("limit in {keys}"));
+    assert_eq!(limit["in"], "query", "{limit}");
+    assert_eq!(limit["schema"]["minimum"], 1, "{limit}");
+    assert_eq!(limit["schema"]["maximum"], 1000, "{limit}");
+    assert_eq!(
+        keys["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/HeldKeys",
+        "{keys}"
+    );
+    assert!(keys["responses"].get("400").is_some(), "{keys}");
+    assert_eq!(
+        schemas["HeldKeys"]["items"]["$ref"],
+        "#/components/schemas/HeldKey"
+    );
+    assert_eq!(
+        schemas["HeldKey"]["required"],
+        serde_json::json!([
+            "key",
+            "longest_wait_ms",
+            "oldest_due_ms",
+            "queue",
+            "running",
+            "waiting"
+        ]),
+        "{}",
+        schemas["HeldKey"]
+    );
     let task = &document["paths"]["/v1/queues/{queue}/tasks/{id}"]["get"]["responses"];
     assert!(task.get("404").is_some(), "{task}");
 }

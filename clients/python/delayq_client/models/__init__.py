@@ -10,6 +10,7 @@ from .error_body import ErrorBody
 from .fire_lateness_response_200 import FireLatenessResponse200
 from .get_recurring_response_200 import GetRecurringResponse200
 from .health_response_200 import HealthResponse200
+from .held_key import HeldKey
 from .list_dead_letters_response_200_item import ListDeadLettersResponse200Item
 from .list_nodes_response_200_item import ListNodesResponse200Item
 from .list_pending_tasks_response_200_item import ListPendingTasksResponse200Item
@@ -48,6 +49,7 @@ __all__ = (
     "FireLatenessResponse200",
     "GetRecurringResponse200",
     "HealthResponse200",
+    "HeldKey",
     "ListDeadLettersResponse200Item",
     "ListNodesResponse200Item",
     "ListPendingTasksResponse200Item",

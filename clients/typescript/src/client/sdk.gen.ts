@@ -2,7 +2,7 @@
 
 import type { Client, Options as Options2, TDataShape } from './client';
 import { client } from './client.gen';
-import type { CancelTaskData, CancelTaskErrors, CancelTaskResponses, DashboardAssetData, DashboardAssetErrors, DashboardAssetResponses, DashboardPageData, DashboardPageErrors, DashboardPageResponses, DeleteQueueData, DeleteQueueErrors, DeleteQueueResponses, DeleteRecurringData, DeleteRecurringErrors, DeleteRecurringResponses, FireLatenessData, FireLatenessErrors, FireLatenessResponses, GetRecurringData, GetRecurringErrors, GetRecurringResponses, GetTaskData, GetTaskErrors, GetTaskResponses, HealthData, HealthErrors, HealthResponses, ListDeadLettersData, ListDeadLettersErrors, ListDeadLettersResponses, ListNodesData, ListNodesErrors, ListNodesResponses, ListPendingTasksData, ListPendingTasksErrors, ListPendingTasksResponses, ListQueuesData, ListQueuesErrors, ListQueuesResponses, ListRecurringData, ListRecurringErrors, ListRecurringResponses, OpenapiDocumentData, OpenapiDocumentErrors, OpenapiDocumentResponses, PauseQueueData, PauseQueueErrors, PauseQueueResponses, PauseRecurringData, PauseRecurringErrors, PauseRecurringResponses, PrometheusMetricsData, PrometheusMetricsErrors, PrometheusMetricsResponses, PurgeAllDeadLettersData, PurgeAllDeadLettersErrors, PurgeAllDeadLettersResponses, PurgeDeadLetterData, PurgeDeadLetterErrors, PurgeDeadLetterResponses, ReadinessData, ReadinessErrors, ReadinessResponses, ResumeQueueData, ResumeQueueErrors, ResumeQueueResponses, ResumeRecurringData, ResumeRecurringErrors, ResumeRecurringResponses, RetryAllDeadLettersData, RetryAllDeadLettersErrors, RetryAllDeadLettersResponses, RetryDeadLetterData, RetryDeadLetterErrors, RetryDeadLetterResponses, ScheduleTaskData, ScheduleTaskErrors, ScheduleTaskResponses, ScheduleTasksData, ScheduleTasksErrors, ScheduleTasksResponses, SetRecurringData, SetRecurringErrors, SetRecurringResponses } from './types.gen';
+import type { CancelTaskData, CancelTaskErrors, CancelTaskResponses, DashboardAssetData, DashboardAssetErrors, DashboardAssetResponses, DashboardPageData, DashboardPageErrors, DashboardPageResponses, DeleteQueueData, DeleteQueueErrors, DeleteQueueResponses, DeleteRecurringData, DeleteRecurringErrors, DeleteRecurringResponses, FireLatenessData, FireLatenessErrors, FireLatenessResponses, GetRecurringData, GetRecurringErrors, GetRecurringResponses, GetTaskData, GetTaskErrors, GetTaskResponses, HealthData, HealthErrors, HealthResponses, ListDeadLettersData, ListDeadLettersErrors, ListDeadLettersResponses, ListHeldKeysData, ListHeldKeysErrors, ListHeldKeysResponses, ListNodesData, ListNodesErrors, ListNodesResponses, ListPendingTasksData, ListPendingTasksErrors, ListPendingTasksResponses, ListQueuesData, ListQueuesErrors, ListQueuesResponses, ListRecurringData, ListRecurringErrors, ListRecurringResponses, OpenapiDocumentData, OpenapiDocumentErrors, OpenapiDocumentResponses, PauseQueueData, PauseQueueErrors, PauseQueueResponses, PauseRecurringData, PauseRecurringErrors, PauseRecurringResponses, PrometheusMetricsData, PrometheusMetricsErrors, PrometheusMetricsResponses, PurgeAllDeadLettersData, PurgeAllDeadLettersErrors, PurgeAllDeadLettersResponses, PurgeDeadLetterData, PurgeDeadLetterErrors, PurgeDeadLetterResponses, ReadinessData, ReadinessErrors, ReadinessResponses, ResumeQueueData, ResumeQueueErrors, ResumeQueueResponses, ResumeRecurringData, ResumeRecurringErrors, ResumeRecurringResponses, RetryAllDeadLettersData, RetryAllDeadLettersErrors, RetryAllDeadLettersResponses, RetryDeadLetterData, RetryDeadLetterErrors, RetryDeadLetterResponses, ScheduleTaskData, ScheduleTaskErrors, ScheduleTaskResponses, ScheduleTasksData, ScheduleTasksErrors, ScheduleTasksResponses, SetRecurringData, SetRecurringErrors, SetRecurringResponses } from './types.gen';
 
 export type Options<TData extends TDataShape = TDataShape, ThrowOnError extends boolean = boolean, TResponse = unknown> = Options2<TData, ThrowOnError, TResponse> & {
     /**
@@ -139,6 +139,16 @@ export const purgeDeadLetter = <ThrowOnError extends boolean = false>(options: O
 export const retryDeadLetter = <ThrowOnError extends boolean = false>(options: Options<RetryDeadLetterData, ThrowOnError>) => (options.client ?? client).post<RetryDeadLetterResponses, RetryDeadLetterErrors, ThrowOnError>({
     security: [{ scheme: 'bearer', type: 'http' }],
     url: '/v1/queues/{queue}/dead/{id}/retry',
+    ...options
+});
+
+/**
+ * The flow keys holding tasks back, the most waiting first (empty for an unknown queue or a
+ * queue without `flow_keys`, as the other listings answer for an unknown queue).
+ */
+export const listHeldKeys = <ThrowOnError extends boolean = false>(options: Options<ListHeldKeysData, ThrowOnError>) => (options.client ?? client).get<ListHeldKeysResponses, ListHeldKeysErrors, ThrowOnError>({
+    security: [{ scheme: 'bearer', type: 'http' }],
+    url: '/v1/queues/{queue}/keys',
     ...options
 });
 

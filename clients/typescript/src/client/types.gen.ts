@@ -76,6 +76,38 @@ export type ErrorBody = {
 };
 
 /**
+ * A flow key holding tasks back, as `delayq keys --json` lists it
+ */
+export type HeldKey = {
+    /**
+     * The flow key: the part of the ids between the first { and the next }
+     */
+    key: string;
+    /**
+     * How long that task has waited, on the cluster clock
+     */
+    longest_wait_ms: number;
+    /**
+     * The earliest due among the waiting tasks
+     */
+    oldest_due_ms: number;
+    queue: string;
+    /**
+     * Tasks of the key holding a slot (running, or with FIFO order waiting for a retry)
+     */
+    running: number;
+    /**
+     * Tasks of the key held back: due, waiting for a slot or for the key's rate
+     */
+    waiting: number;
+};
+
+/**
+ * The flow keys holding tasks back, the most waiting first (ties by key)
+ */
+export type HeldKeys = Array<HeldKey>;
+
+/**
  * How many dead letters were deleted
  */
 export type Purged = {
@@ -524,7 +556,7 @@ export type ListQueuesError = ListQueuesErrors[keyof ListQueuesErrors];
 
 export type ListQueuesResponses = {
     /**
-     * {"<queue>":{"pending","due_now","inflight","dead","done","paused"}} as `delayq stats --json`
+     * {"<queue>":{"pending","due_now","inflight","dead","done","held_back","paused"}} as `delayq stats --json` (held_back: due tasks waiting for their flow key, counted in pending and due_now too)
      */
     200: {
         [key: string]: unknown;
@@ -840,6 +872,53 @@ export type RetryDeadLetterResponses = {
 };
 
 export type RetryDeadLetterResponse = RetryDeadLetterResponses[keyof RetryDeadLetterResponses];
+
+export type ListHeldKeysData = {
+    body?: never;
+    path: {
+        /**
+         * 1 to 64 characters of A-Z, a-z, 0-9, '_', '.' and '-'
+         */
+        queue: string;
+    };
+    query?: {
+        /**
+         * How many records to read, 1..=1000 (default 20).
+         */
+        limit?: number;
+    };
+    url: '/v1/queues/{queue}/keys';
+};
+
+export type ListHeldKeysErrors = {
+    /**
+     * A bad queue name, task id, schedule name, time, query parameter or body
+     */
+    400: ErrorBody;
+    /**
+     * The bearer token is missing or wrong (http.token is set)
+     */
+    401: ErrorBody;
+    /**
+     * The Host header names neither this server's listen address, a loopback name or address, nor one of http.allowed_hosts
+     */
+    421: ErrorBody;
+    /**
+     * Redis is unreachable, or its replicas did not confirm a write in time
+     */
+    503: ErrorBody;
+};
+
+export type ListHeldKeysError = ListHeldKeysErrors[keyof ListHeldKeysErrors];
+
+export type ListHeldKeysResponses = {
+    /**
+     * The flow keys holding tasks back as `delayq keys --json`, the most waiting first: queue, key, running (tasks of the key holding a slot), waiting (held back), oldest_due_ms (the earliest due among the waiting), longest_wait_ms (how long that one has waited, on the cluster clock)
+     */
+    200: HeldKeys;
+};
+
+export type ListHeldKeysResponse = ListHeldKeysResponses[keyof ListHeldKeysResponses];
 
 export type PauseQueueData = {
     body?: never;

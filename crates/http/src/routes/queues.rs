@@ -1,4 +1,5 @@
-//! Queues: counts, upcoming tasks, and the dead letters (list, retry, purge).
+//! Queues: counts, upcoming tasks, the flow keys holding tasks back, and the dead letters
+//! (list, retry, purge).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -13,7 +14,7 @@ use crate::{json, State};
 
 /// Per-queue counts as `delayq stats --json`.
 #[utoipa::path(get, path = "/queues", tag = "queues", operation_id = "list_queues",
-    responses((status = 200, description = "{\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\",\"paused\"}} as `delayq stats --json`", body = Object), Unavailable))]
+    responses((status = 200, description = "{\"<queue>\":{\"pending\",\"due_now\",\"inflight\",\"dead\",\"done\",\"held_back\",\"paused\"}} as `delayq stats --json` (held_back: due tasks waiting for their flow key, counted in pending and due_now too)", body = Object), Unavailable))]
 pub(crate) async fn stats(state: State) -> Result<Json<Value>, ApiError> {
     let stats = state.scheduler.stats().await?;
     let paused = state.scheduler.paused_queues().await?;
@@ -31,6 +32,21 @@ pub(crate) async fn pending(
     queue_name(&queue)?;
     let tasks = state.scheduler.pending(&queue, limit.get()?).await?;
     Ok(Json(json::pending(&queue, &tasks)))
+}
+
+/// The flow keys holding tasks back, the most waiting first (empty for an unknown queue or a
+/// queue without `flow_keys`, as the other listings answer for an unknown queue).
+#[utoipa::path(get, path = "/queues/{queue}/keys", tag = "queues", operation_id = "list_held_keys", params(("queue" = String, Path, description = "The queue"), Limit),
+    responses((status = 200, description = "The flow keys holding tasks back as `delayq keys --json`, the most waiting first: queue, key, running (tasks of the key holding a slot), waiting (held back), oldest_due_ms (the earliest due among the waiting), longest_wait_ms (how long that one has waited, on the cluster clock)", body = Vec<Object>), BadRequest, Unavailable))]
+pub(crate) async fn keys(
+    state: State,
+    PathParams(queue): PathParams<String>,
+    QueryParams(limit): QueryParams<Limit>,
+) -> Result<Json<Value>, ApiError> {
+    queue_name(&queue)?;
+    let keys = state.scheduler.held_keys(&queue, limit.get()?).await?;
+    let now_ms = state.scheduler.now_ms();
+    Ok(Json(json::held_keys(&queue, &keys, now_ms)))
 }
 
 /// Dead letters, oldest first, with their last error, payloads cut to a preview.
