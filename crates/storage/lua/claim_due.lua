@@ -24,7 +24,7 @@
 --             none), fires of one key per period (0: none), the period in ms, '1' for FIFO
 --             order. With any of them, a due task of a keyed id whose key has no free slot
 --             is parked, and one whose key used up its rate waits in `due` until it may
---             fire; up to 256 such tasks beyond `limit` are looked at per claim (flow.lua).
+--             fire; up to 1024 such tasks beyond `limit` are looked at per claim (flow.lua).
 -- Returns: one reply per partition, in order, each { next pending due (string) or false,
 --   count of claimed tasks, traces, held back (the partition's parked tasks after the claim;
 --   0 without per-key limits), id1, record1, ..., then for each record moved to the dead
@@ -86,11 +86,11 @@ local function claim_partition(k)
   local keyed, blocked_keys, parked_per_key = false, {}, {}
   -- Admissions so far in this call (tags each fire).
   local fires = 0
-  -- With per-key limits, up to 256 due tasks beyond `limit` are looked at when held-back
+  -- With per-key limits, up to 1024 due tasks beyond `limit` are looked at when held-back
   -- ones took the places of the first (read on demand, below).
   local most = limit
   if lim then
-    most = limit + 256
+    most = limit + 1024
   end
   -- ids[i], and scores[i] unless one due holds them all (then `common`).
   local ids = redis.call('ZRANGEBYSCORE', due_key, '-inf', upto, 'LIMIT', 0, limit)
@@ -249,7 +249,7 @@ local function claim_partition(k)
       -- Every due task read so far was taken and some were held back: read the next ones
       -- (ranks are unchanged: nothing leaves `due` before the end).
       local more = redis.call('ZRANGEBYSCORE', due_key, '-inf', upto, 'WITHSCORES', 'LIMIT', n,
-        math.min(most - n, math.max(limit - claimed, 16)))
+        math.min(most - n, math.max(limit - claimed, n)))
       if #more > 0 and not scores then
         scores = {}
         for i = 1, n do

@@ -25,7 +25,7 @@ use crate::recurring::TickOutcome;
 use crate::TraceParent;
 
 /// How many held-back tasks one claim parks beyond its limit, at most.
-pub(crate) const PARK_BUDGET: usize = 256;
+pub(crate) const PARK_BUDGET: usize = 1024;
 
 /// A live task: pending, in flight or dead.
 #[derive(Debug)]
