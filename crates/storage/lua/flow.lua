@@ -64,10 +64,10 @@ end
 
 -- Moves up to `n` of `key`'s earliest parked tasks back into `due` at their times; `later`,
 -- when given, collects { time, id } pairs instead (a claim adds them after its
--- ZREMRANGEBYRANK). Returns how many.
+-- ZREMRANGEBYRANK).
 local function flow_unpark(fc, key, n, later)
   if n <= 0 then
-    return 0
+    return
   end
   local members = redis.call('ZRANGEBYLEX', fc.parked, key_first(key), key_end(key), 'LIMIT', 0, n)
   for _, member in ipairs(members) do
@@ -83,7 +83,6 @@ local function flow_unpark(fc, key, n, later)
     redis.call('ZREM', fc.parked, unpack(members))
     count_parked(fc, key, -#members)
   end
-  return #members
 end
 
 -- Lets `key`'s next parked task go back to pending, if it has one and does not wait for
@@ -96,6 +95,13 @@ local function unpark_next(fc, key)
   end
 end
 
+-- One slot of `key` fewer held (its field goes at 0).
+local function give_slot_back(fc, key)
+  if redis.call('HINCRBY', fc.flow, 'r' .. key, -1) <= 0 then
+    redis.call('HDEL', fc.flow, 'r' .. key)
+  end
+end
+
 -- Gives back the slot of `id`'s key (one end of one claim, or of a FIFO hold), and lets the
 -- key's next parked task go back to pending.
 local function flow_release(fc, id)
@@ -103,9 +109,7 @@ local function flow_release(fc, id)
   if not key then
     return
   end
-  if redis.call('HINCRBY', fc.flow, 'r' .. key, -1) <= 0 then
-    redis.call('HDEL', fc.flow, 'r' .. key)
-  end
+  give_slot_back(fc, key)
   unpark_next(fc, key)
 end
 
@@ -206,9 +210,7 @@ local function flow_admit(fc, inflight_key, id, key, generation, claimed_before,
     local fired = redis.call('ZLEXCOUNT', fc.fires, key_first(key), key_end(key))
     if fired >= lim.rate then
       if not holding then
-        if redis.call('HINCRBY', fc.flow, 'r' .. key, -1) <= 0 then
-          redis.call('HDEL', fc.flow, 'r' .. key)
-        end
+        give_slot_back(fc, key)
       end
       local representative = redis.call('HGET', fc.flow, 'w' .. key)
       if representative and representative ~= id then

@@ -137,6 +137,42 @@ pub(crate) fn check_layout(
     }
 }
 
+/// The per-key limits a store's claims apply, per queue (what `set_flow_limits` gave it: each
+/// node's own configuration), shared by the backends that have flow keys.
+#[derive(Debug, Default)]
+pub(crate) struct FlowLimitsByQueue(
+    parking_lot::RwLock<std::collections::HashMap<crate::model::QueueName, FlowLimits>>,
+);
+
+impl FlowLimitsByQueue {
+    /// The limits of `queue`'s claims, when any is set.
+    pub(crate) fn of(&self, queue: &crate::model::QueueName) -> Option<FlowLimits> {
+        self.0
+            .read()
+            .get(queue)
+            .copied()
+            .filter(|limits| !limits.is_unlimited())
+    }
+
+    /// Keeps `limits` for `queue` after the checks of `set_flow_limits`: no zero limit, and
+    /// flow keys on the queue (`flow_keys`: its recorded layout) when any limit is set.
+    pub(crate) fn set(
+        &self,
+        queue: &crate::model::QueueName,
+        limits: FlowLimits,
+        flow_keys: bool,
+    ) -> Result<(), StorageError> {
+        limits.validate()?;
+        if !limits.is_unlimited() && !flow_keys {
+            return Err(StorageError::FlowKeysRequired {
+                queue: queue.to_string(),
+            });
+        }
+        self.0.write().insert(queue.clone(), limits);
+        Ok(())
+    }
+}
+
 /// A key's rate: at most `limit` fires in any `period_ms` (a sliding period: the fires of
 /// the last `period_ms` milliseconds are counted, whatever the window boundaries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -27,7 +27,7 @@ use parking_lot::{Mutex, RwLock};
 
 use self::partition::{PartitionState, StaleLease};
 use crate::error::{StorageError, StorageResult};
-use crate::flow::{check_layout, FlowLimits, HeldKey, QueueLayout};
+use crate::flow::{check_layout, FlowLimits, FlowLimitsByQueue, HeldKey, QueueLayout};
 use crate::model::{
     validate_due, AckOutcome, Cancel, ClaimBatch, DeadTask, FailAction, FailOutcome, LeaseToken,
     LookReport, LookRequest, NewTask, Partition, PartitionStats, QueueName, ScheduleMode,
@@ -85,7 +85,7 @@ struct Inner {
     clock: Clock,
     queues: RwLock<BTreeMap<QueueName, QueueLayout>>,
     /// The per-key limits of queues with flow keys, as `set_flow_limits` gave them.
-    flow_limits: RwLock<HashMap<QueueName, FlowLimits>>,
+    flow_limits: FlowLimitsByQueue,
     partitions: RwLock<HashMap<Partition, Arc<Mutex<PartitionState>>>>,
     /// The recurring schedules (one lock: the shards of the Redis backend are only a way to
     /// spread them over a cluster's masters).
@@ -130,7 +130,7 @@ impl MemoryStore {
                 options,
                 clock,
                 queues: RwLock::new(BTreeMap::new()),
-                flow_limits: RwLock::new(HashMap::new()),
+                flow_limits: FlowLimitsByQueue::default(),
                 partitions: RwLock::new(HashMap::new()),
                 recurring: Mutex::new(BTreeMap::new()),
                 paused: RwLock::new(BTreeMap::new()),
@@ -350,22 +350,13 @@ impl TaskStore for MemoryStore {
     }
 
     async fn set_flow_limits(&self, queue: &QueueName, limits: FlowLimits) -> StorageResult<()> {
-        limits.validate()?;
-        if !limits.is_unlimited() {
-            let flow_keys = self
-                .inner
-                .queues
-                .read()
-                .get(queue)
-                .is_some_and(|layout| layout.flow_keys);
-            if !flow_keys {
-                return Err(StorageError::FlowKeysRequired {
-                    queue: queue.to_string(),
-                });
-            }
-        }
-        self.inner.flow_limits.write().insert(queue.clone(), limits);
-        Ok(())
+        let flow_keys = self
+            .inner
+            .queues
+            .read()
+            .get(queue)
+            .is_some_and(|layout| layout.flow_keys);
+        self.inner.flow_limits.set(queue, limits, flow_keys)
     }
 
     async fn held_keys(&self, partition: &Partition, limit: usize) -> StorageResult<Vec<HeldKey>> {
@@ -436,13 +427,7 @@ impl TaskStore for MemoryStore {
             lease_deadline_ms,
             owner,
             max_bytes: self.inner.options.max_claim_bytes,
-            flow: self
-                .inner
-                .flow_limits
-                .read()
-                .get(&partition.queue)
-                .copied()
-                .filter(|limits| !limits.is_unlimited()),
+            flow: self.inner.flow_limits.of(&partition.queue),
         };
         let batch = state.lock().claim_due(partition, &request);
         tracing::trace!(%partition, owner, claimed = batch.tasks.len(), "claimed due tasks");

@@ -86,7 +86,7 @@ pub struct RedisStore {
     /// Waiting for replicas, when asked to.
     pub(crate) replication: Option<Arc<Replication>>,
     /// The per-key limits the claims apply, per queue (`set_flow_limits`).
-    pub(crate) flow_limits: Arc<super::flow::FlowLimitsByQueue>,
+    pub(crate) flow_limits: Arc<crate::flow::FlowLimitsByQueue>,
 }
 
 impl std::fmt::Debug for RedisStore {

@@ -2,30 +2,11 @@
 //! the node's own configuration) and the listing of the keys holding tasks back. The state
 //! itself lives in four keys of each partition (see `flow.lua`).
 
-use std::collections::HashMap;
-
-use parking_lot::RwLock;
-
 use crate::error::{StorageError, StorageResult};
 use crate::flow::{flow_key_of, FlowLimits, HeldKey};
 use crate::model::{Partition, QueueName};
 
 use super::connection::RedisStore;
-
-/// The per-key limits given to a store, per queue.
-#[derive(Debug, Default)]
-pub(crate) struct FlowLimitsByQueue(RwLock<HashMap<QueueName, FlowLimits>>);
-
-impl FlowLimitsByQueue {
-    /// The limits of `queue`'s claims, when any is set.
-    pub(crate) fn of(&self, queue: &QueueName) -> Option<FlowLimits> {
-        self.0
-            .read()
-            .get(queue)
-            .copied()
-            .filter(|limits| !limits.is_unlimited())
-    }
-}
 
 /// The claim's four arguments for `limits`: slots, rate, period ms, FIFO (see
 /// `claim_due.lua`).
@@ -50,25 +31,18 @@ impl RedisStore {
         queue: &QueueName,
         limits: FlowLimits,
     ) -> StorageResult<()> {
-        limits.validate()?;
-        if !limits.is_unlimited() {
-            let flow_keys = self
+        // The registry is read only when some limit is set (it needs flow keys then).
+        let flow_keys = !limits.is_unlimited()
+            && self
                 .registered_queues()
                 .await?
                 .into_iter()
                 .any(|(name, layout)| &name == queue && layout.flow_keys);
-            if !flow_keys {
-                return Err(StorageError::FlowKeysRequired {
-                    queue: queue.to_string(),
-                });
-            }
-        }
-        self.flow_limits.0.write().insert(queue.clone(), limits);
-        Ok(())
+        self.flow_limits.set(queue, limits, flow_keys)
     }
 
     /// Walks the parked set key by key (one `ZRANGEBYLEX` each, up to [`LISTING_WALK`]
-    /// keys), then counts each key's waiting tasks and reads its holds.
+    /// keys), then counts every key's waiting tasks and reads its holds in one pipeline.
     pub(crate) async fn read_held_keys(
         &self,
         partition: &Partition,
@@ -105,26 +79,39 @@ impl RedisStore {
             from = format!("({key}\u{1}");
             found.push((key, at));
         }
-        let mut held = Vec::with_capacity(found.len());
-        for (key, oldest_due_ms) in found {
-            let (waiting, running): (u64, Option<u64>) = self
-                .read(OPERATION, &keys.parked, |connection| {
-                    let mut pipe = redis::pipe();
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Every key's waiting count and holds in one pipeline.
+        let counts: Vec<Option<u64>> = self
+            .read(OPERATION, &keys.parked, |connection| {
+                let mut pipe = redis::pipe();
+                for (key, _) in &found {
                     pipe.cmd("ZLEXCOUNT")
                         .arg(&keys.parked)
                         .arg(format!("[{key}\0"))
                         .arg(format!("({key}\u{1}"))
                         .hget(&keys.flow, format!("r{key}"));
-                    async move { connection.query_pipeline(OPERATION, &pipe).await }
-                })
-                .await?;
-            held.push(HeldKey {
-                running: running.unwrap_or(0),
-                key,
-                waiting,
-                oldest_due_ms,
-            });
+                }
+                async move { connection.query_pipeline(OPERATION, &pipe).await }
+            })
+            .await?;
+        if counts.len() != 2 * found.len() {
+            return Err(super::error_map::unexpected_reply(
+                OPERATION,
+                "not two counts per key",
+            ));
         }
+        let mut held: Vec<HeldKey> = found
+            .into_iter()
+            .zip(counts.chunks(2))
+            .map(|((key, oldest_due_ms), pair)| HeldKey {
+                key,
+                running: pair[1].unwrap_or(0),
+                waiting: pair[0].unwrap_or(0),
+                oldest_due_ms,
+            })
+            .collect();
         held.sort_by(|a, b| b.waiting.cmp(&a.waiting).then_with(|| a.key.cmp(&b.key)));
         held.truncate(limit);
         Ok(held)
