@@ -177,7 +177,7 @@ impl Scheduler {
     /// each with its tasks running (holding a slot) and waiting, and the earliest due among
     /// the waiting ones. Empty for an unknown queue and for a queue without `flow_keys`.
     ///
-    /// Reads up to `limit` keys of each partition ([`READ_CONCURRENCY`] partitions at once)
+    /// Reads up to `limit` keys of each partition (16 partitions at once)
     /// and keeps the first `limit` overall: the tasks of a key share one partition, so no key
     /// is listed twice.
     pub async fn held_keys(&self, queue: &str, limit: usize) -> EngineResult<Vec<HeldKey>> {
