@@ -1,7 +1,9 @@
 //! A partition's claims start small and grow only while they come back full
 //! (`claim_size.rs`): a partition that finds a few tasks due asks for 32, not for
 //! `claim_batch`, so it holds few handler slots while its claim waits; a burst ramps up to
-//! `claim_batch` (and never beyond it).
+//! `claim_batch` (and never beyond it). Behind a backlog, a queue whose handler slots are
+//! all busy claims in shares of its slots, not a few tasks per partition
+//! (`partition.rs`, `BUSY_GATHERERS`).
 
 mod support;
 
@@ -104,6 +106,93 @@ async fn a_burst_ramps_the_claims_up_to_claim_batch(backend: TestBackend) {
         full >= 5,
         "the burst was not claimed at claim_batch: {busy:?}"
     );
+}
+
+/// Partitions of the saturated queue below: many more than the few that gather at once.
+const BUSY_PARTITIONS: u32 = 16;
+/// Its `concurrency`: behind a backlog a claim waits for half of it.
+const BUSY_CONCURRENCY: usize = 32;
+
+/// A burst on a queue of 16 partitions whose 32 handler slots are the bottleneck (each
+/// handler takes 2 ms): the slots that come free go to a few claims at a time, so the claims
+/// carry about half of the slots each. With every partition gathering at once, the 32 slots
+/// were shared out a few per partition (a median of one or two tasks per claim, each claim
+/// and its ack a store call).
+async fn a_saturated_queue_claims_in_shares_of_its_slots(backend: TestBackend) {
+    const TASKS: usize = 3_000;
+    let mut config = fast_config();
+    config.node.max_running = 8_192;
+    config.queue_defaults.partitions = BUSY_PARTITIONS;
+    config.queue_defaults.concurrency = BUSY_CONCURRENCY;
+    let store = backend
+        .recording_store(&config, delayq_storage::StoreOptions::default())
+        .await;
+    let recorder = Recorder::new();
+    let handler = {
+        let recorder = recorder.clone();
+        move |task: delayq_engine::Task| {
+            recorder.record(&task);
+            async {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok::<(), std::io::Error>(())
+            }
+        }
+    };
+    let node = backend
+        .builder(&config)
+        .store(store.clone())
+        .handler("q", handler)
+        .start()
+        .await
+        .expect("node starts");
+    wait_until(Duration::from_secs(10), "the partitions are owned", || {
+        node.owned_partitions().len() == BUSY_PARTITIONS as usize
+    })
+    .await;
+    let due = node.now_ms() + 3_000;
+    let ids: Vec<String> = (0..TASKS).map(|n| format!("t-{n}")).collect();
+    let scheduled = futures::future::join_all(
+        ids.iter()
+            .map(|id| node.schedule("q", id, When::At(due), "")),
+    )
+    .await;
+    for outcome in scheduled {
+        outcome.expect("schedule");
+    }
+    assert!(node.now_ms() < due, "scheduling took longer than 3 s");
+    wait_until(Duration::from_secs(60), "every task fired", || {
+        recorder.distinct() == TASKS
+    })
+    .await;
+    node.shutdown().await.expect("node stops");
+    let mut sizes: Vec<usize> = store
+        .claim_calls()
+        .iter()
+        .filter(|call| call.got > 0)
+        .map(|call| call.got)
+        .collect();
+    sizes.sort_unstable();
+    let median = sizes[sizes.len() / 2];
+    assert!(
+        median >= BUSY_CONCURRENCY / 4,
+        "the median claim carried {median} tasks ({} claims for {TASKS} tasks; sizes: {sizes:?})",
+        sizes.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saturated_queue_claims_in_shares_memory() {
+    a_saturated_queue_claims_in_shares_of_its_slots(TestBackend::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saturated_queue_claims_in_shares_redis() {
+    a_saturated_queue_claims_in_shares_of_its_slots(TestBackend::redis()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saturated_queue_claims_in_shares_postgres() {
+    a_saturated_queue_claims_in_shares_of_its_slots(TestBackend::postgres()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
