@@ -29,6 +29,24 @@ fn one_roomy_partition() -> Config {
     config
 }
 
+/// Schedules `count` tasks of queue `q` due at one instant `after` from now, all before it.
+async fn schedule_burst(node: &delayq_engine::Scheduler, count: usize, after: Duration) {
+    let due = node.now_ms() + after.as_millis() as u64;
+    // All at once, as a burst arrives: the single schedules share store calls, so the burst
+    // is in place well before its due even on a loaded machine (one at a time, 2,000 round
+    // trips took more than 3 s under a CI build's load).
+    let ids: Vec<String> = (0..count).map(|n| format!("t-{n}")).collect();
+    let scheduled = futures::future::join_all(
+        ids.iter()
+            .map(|id| node.schedule("q", id, When::At(due), "")),
+    )
+    .await;
+    for outcome in scheduled {
+        outcome.expect("schedule");
+    }
+    assert!(node.now_ms() < due, "scheduling took longer than {after:?}");
+}
+
 /// Schedules `count` tasks due at one instant `after` from now (all scheduled before it)
 /// and waits until all fired.
 async fn fire_at_once(
@@ -52,20 +70,7 @@ async fn fire_at_once(
         node.owned_partitions().len() == 1
     })
     .await;
-    let due = node.now_ms() + after.as_millis() as u64;
-    // All at once, as a burst arrives: the single schedules share store calls, so the burst
-    // is in place well before its due even on a loaded machine (one at a time, 2,000 round
-    // trips took more than 3 s under a CI build's load).
-    let ids: Vec<String> = (0..count).map(|n| format!("t-{n}")).collect();
-    let scheduled = futures::future::join_all(
-        ids.iter()
-            .map(|id| node.schedule("q", id, When::At(due), "")),
-    )
-    .await;
-    for outcome in scheduled {
-        outcome.expect("schedule");
-    }
-    assert!(node.now_ms() < due, "scheduling took longer than {after:?}");
+    schedule_burst(&node, count, after).await;
     wait_until(Duration::from_secs(20), "every task fired", || {
         recorder.distinct() == count
     })
@@ -149,17 +154,7 @@ async fn a_saturated_queue_claims_in_shares_of_its_slots(backend: TestBackend) {
         node.owned_partitions().len() == BUSY_PARTITIONS as usize
     })
     .await;
-    let due = node.now_ms() + 3_000;
-    let ids: Vec<String> = (0..TASKS).map(|n| format!("t-{n}")).collect();
-    let scheduled = futures::future::join_all(
-        ids.iter()
-            .map(|id| node.schedule("q", id, When::At(due), "")),
-    )
-    .await;
-    for outcome in scheduled {
-        outcome.expect("schedule");
-    }
-    assert!(node.now_ms() < due, "scheduling took longer than 3 s");
+    schedule_burst(&node, TASKS, Duration::from_secs(3)).await;
     wait_until(Duration::from_secs(60), "every task fired", || {
         recorder.distinct() == TASKS
     })
