@@ -54,8 +54,12 @@
 //!   version applied by a newer release is left alone and reported.
 //! - The [`Listener`] LISTENs on its own connection, reconnects with backoff, LISTENs again,
 //!   and says [`ListenerEvent::Resumed`] so its reader re-reads what it may have missed.
+//! - [`Compactor`] gives back the disk a large backlog left in oversized indexes and in the
+//!   small `partitions` table, online (`REINDEX INDEX CONCURRENTLY`; a `VACUUM FULL` of a
+//!   small table that gives up when its lock is not free at once), under an advisory lock.
 //! - No message of this crate contains a password ([`redact_url`]).
 
+mod compact;
 mod config;
 mod error;
 mod listener;
@@ -64,6 +68,10 @@ mod migrations;
 mod pool;
 mod tls;
 
+pub use compact::{
+    plan as compaction_plan, Action as CompactAction, CompactReport, Compactor,
+    Relation as CompactRelation,
+};
 pub use config::{quote_ident, redact_url, PostgresConfig, Schema, DEFAULT_SCHEMA, DEFAULT_URL};
 pub use error::{classify, classify_sqlstate, Error, ErrorClass, Result};
 pub use listener::{Listener, ListenerEvent, ListenerOptions, Notification, ResumeReason};
