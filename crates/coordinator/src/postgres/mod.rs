@@ -233,6 +233,10 @@ impl PostgresCoordinator {
         )));
         this.tasks
             .push(tokio::spawn(beat_loop(Arc::downgrade(&this))));
+        if this.is_member() {
+            this.tasks
+                .push(tokio::spawn(compact_loop(Arc::downgrade(&this))));
+        }
         Ok(this)
     }
 
@@ -390,6 +394,47 @@ async fn beat_loop(this: std::sync::Weak<PostgresCoordinator>) {
         match result {
             Ok(()) => health.succeeded(coordinator.id.as_str()),
             Err(error) => health.failed(coordinator.id.as_str(), &error),
+        }
+    }
+}
+
+/// How often the first member (by id) looks whether a backlog left the schema's indexes or
+/// small tables oversized, and compacts them ([`delayq_postgres::Compactor`]): one statement
+/// a minute when nothing needs it.
+const COMPACT_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Every [`COMPACT_PERIOD`], on the first member only (the others would find the lock held
+/// or nothing to do): compacts what a backlog left behind. Failures are logged; the next
+/// period tries again.
+async fn compact_loop(this: std::sync::Weak<PostgresCoordinator>) {
+    let mut ticks =
+        tokio::time::interval_at(tokio::time::Instant::now() + COMPACT_PERIOD, COMPACT_PERIOD);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(coordinator) = this.upgrade() else {
+            return;
+        };
+        let first = coordinator
+            .state
+            .membership
+            .borrow()
+            .members
+            .first()
+            .is_some_and(|member| member.id == coordinator.id);
+        if !first {
+            continue;
+        }
+        let compactor = delayq_postgres::Compactor::new(&coordinator.db);
+        drop(coordinator);
+        match compactor.run().await {
+            Ok(report) if !report.done.is_empty() || !report.failed.is_empty() => {
+                tracing::info!(done = ?report.done, failed = ?report.failed, "compacted the schema after a backlog");
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "could not look whether the schema needs compacting")
+            }
         }
     }
 }
