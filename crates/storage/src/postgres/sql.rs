@@ -24,6 +24,8 @@ pub(crate) struct Sql {
     /// One live task. `$1, $2, $3 id` → state, at_ms, due_ms, scheduled_due_ms, attempt,
     /// generation, claim, payload, last_error, traceparent.
     pub select_task: String,
+    /// Which of the ids `$3` have a task row or a done record.
+    pub present_ids: String,
     /// Inserts or replaces a pending task. `$1, $2, $3 id, $4 due, $5 generation, $6 payload,
     /// $7 traceparent`.
     pub put_pending: String,
@@ -195,6 +197,10 @@ impl Sql {
                 "SELECT state, at_ms, due_ms, scheduled_due_ms, attempt, generation, claim, payload, \
                  last_error, traceparent FROM {{schema}}.tasks WHERE {task_key}"
             )),
+            present_ids: s(
+                "SELECT id FROM {schema}.tasks WHERE queue = $1 AND idx = $2 AND id = ANY($3) \
+                 UNION SELECT id FROM {schema}.done WHERE queue = $1 AND idx = $2 AND id = ANY($3)",
+            ),
             put_pending: s(
                 "INSERT INTO {schema}.tasks (queue, idx, id, state, at_ms, due_ms, scheduled_due_ms, \
                  attempt, generation, claim, payload, last_error, traceparent) \

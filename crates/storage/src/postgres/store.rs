@@ -381,6 +381,9 @@ impl TaskStore for PostgresStore {
                     .in_partition("schedule_many", &partition, move |part| {
                         let tasks = tasks.clone();
                         Box::pin(async move {
+                            let ids: Vec<&str> =
+                                tasks.iter().map(|task| task.id.as_str()).collect();
+                            part.learn_absent(&ids).await?;
                             let mut outcomes = Vec::with_capacity(tasks.len());
                             for task in &tasks {
                                 outcomes.push(part.schedule(task, mode, retention).await?);

@@ -386,3 +386,96 @@ pub async fn with_zero_retention_a_resend_while_waiting_for_a_retry_replaces(mak
     );
     assert_eq!(get(&store, &p, "a").await.attempt, 1);
 }
+
+/// One `schedule_many` batch over one partition mixing what a load meets (the PostgreSQL
+/// store learns which ids are new in one read and writes those without reading them):
+/// new ids, one id twice, a done id at its due (duplicate) and at another due (re-armed,
+/// its done record forgotten), a pending id (replaced) and one in flight (replaced, the old
+/// claim superseded). Each item answers as a single schedule would.
+pub async fn a_mixed_schedule_many_batch_answers_as_single_schedules(make: Make) {
+    let (store, p) = setup(make).await;
+    complete(&store, &p, "done-same", T0).await;
+    complete(&store, &p, "done-other", T0).await;
+    schedule(&store, &p, "pending", T0 + 50).await;
+    schedule(&store, &p, "running", T0).await;
+    let running = claim_one(&store, &p, T0).await;
+    assert_eq!(running.id, id("running"));
+    let items = [
+        ("new-1", T0 + 10),
+        ("twice", T0 + 20),
+        ("done-same", T0),
+        ("done-other", T0 + 30),
+        ("twice", T0 + 40),
+        ("pending", T0 + 60),
+        ("running", T0 + 70),
+        ("new-2", T0 + 80),
+    ]
+    .map(|(name, due)| (p.clone(), task(name, due)));
+    let outcomes: Vec<ScheduleOutcome> = store
+        .schedule_many(items.to_vec(), ScheduleMode::Upsert)
+        .await
+        .expect("schedule_many")
+        .into_iter()
+        .map(|item| item.expect("item"))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ScheduleOutcome::Created,
+            ScheduleOutcome::Created,
+            ScheduleOutcome::Duplicate,
+            ScheduleOutcome::Created,
+            ScheduleOutcome::Replaced {
+                previous_due_ms: T0 + 20
+            },
+            ScheduleOutcome::Replaced {
+                previous_due_ms: T0 + 50
+            },
+            ScheduleOutcome::Replaced {
+                previous_due_ms: T0
+            },
+            ScheduleOutcome::Created,
+        ]
+    );
+    let due_of = |info: delayq_storage::TaskInfo| (info.state, info.due_ms);
+    assert_eq!(
+        due_of(get(&store, &p, "twice").await),
+        (TaskState::Pending, T0 + 40)
+    );
+    assert_eq!(
+        due_of(get(&store, &p, "done-same").await),
+        (TaskState::Done, T0)
+    );
+    assert_eq!(
+        due_of(get(&store, &p, "done-other").await),
+        (TaskState::Pending, T0 + 30)
+    );
+    assert_eq!(
+        due_of(get(&store, &p, "running").await),
+        (TaskState::Pending, T0 + 70)
+    );
+    // The superseded claim's ack changes nothing; the re-armed id fires at its new due.
+    assert_ne!(
+        store.ack(&running.token).await.expect("ack"),
+        AckOutcome::Completed
+    );
+    let mut fired: Vec<(String, u64)> = claim_all(&store, &p, MAX_DUE_MS)
+        .await
+        .into_iter()
+        .map(|task| (task.id.as_str().to_owned(), task.due_ms))
+        .collect();
+    fired.sort();
+    assert_eq!(
+        fired,
+        [
+            ("done-other".to_owned(), T0 + 30),
+            ("new-1".to_owned(), T0 + 10),
+            ("new-2".to_owned(), T0 + 80),
+            ("pending".to_owned(), T0 + 60),
+            ("running".to_owned(), T0 + 70),
+            ("twice".to_owned(), T0 + 40),
+        ]
+    );
+    let stats = store.stats(&p, T0).await.expect("stats");
+    assert_eq!(stats.done, 1, "only done-same keeps its done record");
+}

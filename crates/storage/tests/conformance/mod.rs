@@ -403,6 +403,7 @@ macro_rules! conformance_suite {
             ],
             dedup: [
                 same_id_and_due_after_ack_is_duplicate_and_never_claimable,
+                a_mixed_schedule_many_batch_answers_as_single_schedules,
                 if_absent_with_the_same_due_after_ack_is_duplicate,
                 different_due_after_ack_rearms_the_id,
                 after_prune_done_the_same_due_is_no_longer_duplicate,
