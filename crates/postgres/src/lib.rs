@@ -59,7 +59,7 @@
 //!   small table that gives up when its lock is not free at once), under an advisory lock.
 //! - No message of this crate contains a password ([`redact_url`]).
 
-mod compact;
+pub mod compact;
 mod config;
 mod error;
 mod listener;
