@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use delayq_postgres::tokio_postgres::Error as PgError;
 use futures::future::BoxFuture;
+use futures::StreamExt;
 
 use super::partition::{Part, StaleLease};
 use super::{from_db, from_layer, to_db, PostgresStore};
@@ -40,6 +41,10 @@ fn stale(token: &LeaseToken) -> impl FnOnce(StaleLease) -> StorageError + '_ {
 /// The most items of one partition `schedule_many` writes in one transaction (a bound on how
 /// long the partition stays locked).
 const SCHEDULE_CHUNK: usize = 256;
+
+/// How many partitions' chunks one `schedule_many` writes at once (each on its own pooled
+/// connection; the default pool has 16).
+const SCHEDULE_PARTITIONS_AT_ONCE: usize = 8;
 
 /// The key of the advisory lock that serializes a queue's global slots.
 fn slots_lock_key(queue: &QueueName) -> i64 {
@@ -140,6 +145,52 @@ impl PostgresStore {
         self.in_partition("schedule", partition, move |part| {
             let task = task.clone();
             Box::pin(async move { part.schedule(&task, mode, retention).await })
+        })
+        .await
+    }
+
+    /// Writes the items of `schedule_many` that fall into one partition, in chunks of at
+    /// most [`SCHEDULE_CHUNK`] one after the other, each in one transaction on the locked
+    /// partition: one read learns which ids are new, then each item is scheduled. Hands back
+    /// each chunk's item indexes with its outcomes (in order) or the one error that failed
+    /// its transaction.
+    async fn schedule_group(
+        &self,
+        partition: Partition,
+        group: Vec<(usize, NewTask)>,
+        mode: ScheduleMode,
+        retention: u64,
+    ) -> Vec<(Vec<usize>, StorageResult<Vec<ScheduleOutcome>>)> {
+        let mut written = Vec::new();
+        for chunk in group.chunks(SCHEDULE_CHUNK) {
+            let (indexes, tasks): (Vec<usize>, Vec<NewTask>) = chunk.iter().cloned().unzip();
+            let outcome = self
+                .schedule_chunk(&partition, tasks, mode, retention)
+                .await;
+            written.push((indexes, outcome));
+        }
+        written
+    }
+
+    /// One chunk of [`Self::schedule_group`] in one transaction.
+    async fn schedule_chunk(
+        &self,
+        partition: &Partition,
+        tasks: Vec<NewTask>,
+        mode: ScheduleMode,
+        retention: u64,
+    ) -> StorageResult<Vec<ScheduleOutcome>> {
+        self.in_partition("schedule_many", partition, move |part| {
+            let tasks = tasks.clone();
+            Box::pin(async move {
+                let ids: Vec<&str> = tasks.iter().map(|task| task.id.as_str()).collect();
+                part.learn_absent(&ids).await?;
+                let mut outcomes = Vec::with_capacity(tasks.len());
+                for task in &tasks {
+                    outcomes.push(part.schedule(task, mode, retention).await?);
+                }
+                Ok(outcomes)
+            })
         })
         .await
     }
@@ -374,34 +425,31 @@ impl TaskStore for PostgresStore {
             }
         }
         let retention = self.retention_ms();
-        for (partition, group) in groups {
-            for chunk in group.chunks(SCHEDULE_CHUNK) {
-                let tasks: Vec<NewTask> = chunk.iter().map(|(_, task)| task.clone()).collect();
-                let outcome = self
-                    .in_partition("schedule_many", &partition, move |part| {
-                        let tasks = tasks.clone();
-                        Box::pin(async move {
-                            let ids: Vec<&str> =
-                                tasks.iter().map(|task| task.id.as_str()).collect();
-                            part.learn_absent(&ids).await?;
-                            let mut outcomes = Vec::with_capacity(tasks.len());
-                            for task in &tasks {
-                                outcomes.push(part.schedule(task, mode, retention).await?);
-                            }
-                            Ok(outcomes)
-                        })
-                    })
-                    .await;
-                match outcome {
-                    Ok(outcomes) => {
-                        for ((index, _), outcome) in chunk.iter().zip(outcomes) {
-                            results[*index] = Some(Ok(outcome));
-                        }
+        // Each partition's chunks follow each other in order (a later item for an id must
+        // see the earlier one), and up to SCHEDULE_PARTITIONS_AT_ONCE partitions are written
+        // at once on the pool's connections, so a load spread over many partitions waits for
+        // one round trip per step, not one per partition. No transaction locks two
+        // partitions, so they cannot deadlock.
+        let written = futures::stream::iter(
+            groups
+                .into_iter()
+                .map(|(partition, group)| self.schedule_group(partition, group, mode, retention)),
+        )
+        .buffer_unordered(SCHEDULE_PARTITIONS_AT_ONCE)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .flatten();
+        for (chunk, outcome) in written {
+            match outcome {
+                Ok(outcomes) => {
+                    for (index, outcome) in chunk.into_iter().zip(outcomes) {
+                        results[index] = Some(Ok(outcome));
                     }
-                    Err(error) => {
-                        for (index, _) in chunk {
-                            results[*index] = Some(Err(error.copy_for("schedule_many")));
-                        }
+                }
+                Err(error) => {
+                    for index in chunk {
+                        results[index] = Some(Err(error.copy_for("schedule_many")));
                     }
                 }
             }
