@@ -286,7 +286,11 @@ impl Sql {
             // the tasks: the partition's row is locked before any task is read, as in the
             // claim's transaction. The statement's snapshot may predate the lock's release by
             // the previous claimer; its tasks are re-checked when locked (the state has moved
-            // on), and what it made pending meanwhile waits for the next claim.
+            // on), and what it made pending meanwhile waits for the next claim. The next due
+            // the statement reports is read with that snapshot too, so a task made pending by
+            // a transaction that committed while the statement waited for the lock is missing
+            // from it: a schedule's own wake-up (`pg_notify` at its commit) or the partition's
+            // next look finds that task, never a claim's report alone.
             claim_at_once: s(
                 "WITH p AS MATERIALIZED (SELECT p.sequence, {now} AS now_ms, \
                  (extract(epoch FROM clock_timestamp()) * 1000000)::int8 AS now_us, \
