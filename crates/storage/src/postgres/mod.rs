@@ -35,6 +35,7 @@ mod claim;
 mod heads;
 mod in_tx;
 mod partition;
+mod prune_floor;
 mod recurring;
 mod sql;
 mod store;
@@ -84,6 +85,9 @@ struct Inner {
     acks: Batcher<Partition, LeaseToken, AckOutcome>,
     /// The earliest pending due of the partitions idle looks ask about (one read for all).
     heads: heads::HeadView,
+    /// Per partition, a time no done record is completed before: prunes that cannot find
+    /// anything are not sent.
+    prune_floors: prune_floor::PruneFloors,
 }
 
 impl std::fmt::Debug for Inner {
@@ -118,6 +122,7 @@ impl PostgresStore {
                 sql,
                 acks: Batcher::default(),
                 heads: heads::HeadView::default(),
+                prune_floors: prune_floor::PruneFloors::default(),
             }),
         }
     }

@@ -681,14 +681,18 @@ impl<'t, 'x> Part<'t, 'x> {
             .collect())
     }
 
-    /// Sweep, prune, window, and when to look again.
-    pub(super) async fn look(&mut self, request: &LookRequest) -> Result<LookReport, PgError> {
+    /// Sweep, prune, window, and when to look again; with the prune floor when it pruned
+    /// all it could ([`Self::prune_done`]).
+    pub(super) async fn look(
+        &mut self,
+        request: &LookRequest,
+    ) -> Result<(LookReport, Option<u64>), PgError> {
         let requeued = self
             .requeue_expired(request.now_ms, request.requeue_limit)
             .await?;
-        let pruned = match request.prune_before_ms {
+        let (pruned, prune_floor) = match request.prune_before_ms {
             Some(before) => self.prune_done(before, request.prune_limit).await?,
-            None => 0,
+            None => (0, None),
         };
         let limit = request.window_limit.max(1);
         let window = self.peek_window(0, request.window_end_ms, limit).await?;
@@ -698,13 +702,14 @@ impl<'t, 'x> Part<'t, 'x> {
         } else {
             None
         };
-        Ok(LookReport {
+        let report = LookReport {
             requeued,
             pruned,
             window,
             next_due_after_window_ms,
             earliest_lease_deadline_ms: self.first_time(&self.sql.earliest_lease, &[]).await?,
-        })
+        };
+        Ok((report, prune_floor))
     }
 
     fn lease_of(
@@ -964,17 +969,31 @@ impl<'t, 'x> Part<'t, 'x> {
         Ok(requeued)
     }
 
-    /// Forgets up to `limit` done records completed before `older_than_ms`.
+    /// Forgets up to `limit` done records completed before `older_than_ms`: how many went,
+    /// and, when that was all of them, the partition's prune floor (no record of it is
+    /// completed before it: the earliest left, or the database clock when none is left).
     pub(super) async fn prune_done(
         &self,
         older_than_ms: u64,
         limit: usize,
-    ) -> Result<u64, PgError> {
-        self.exec(
-            &self.sql.prune_done,
-            &[&to_db(older_than_ms), &to_db(limit)],
-        )
-        .await
+    ) -> Result<(u64, Option<u64>), PgError> {
+        let rows = self
+            .query(
+                &self.sql.prune_done,
+                &[&to_db(older_than_ms), &to_db(limit)],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok((0, None));
+        };
+        let pruned = from_db(row.get::<_, i64>(0));
+        let floor = (pruned < limit as u64).then(|| {
+            from_db(
+                row.get::<_, Option<i64>>(1)
+                    .unwrap_or_else(|| row.get::<_, i64>(2)),
+            )
+        });
+        Ok((pruned, floor))
     }
 
     /// The partition's counts.

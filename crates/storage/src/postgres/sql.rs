@@ -252,18 +252,21 @@ impl Sql {
                  attempt = $6, generation = $7, completed_ms = $8",
             ),
             delete_done: s(&format!("DELETE FROM {{schema}}.done WHERE {task_key}")),
-            // The rows are found by `done_completed` and deleted by their row ids (a TID scan),
-            // so no plan can walk the partition's records: a join on the ids let a generic plan
-            // made while `done` looked empty scan the partition's primary key and probe the
-            // expired ones per record (8 ms a look during a burst of 100,000, 4 s of the
-            // server's CPU). The row ids come from the statement's own snapshot, so vacuum
-            // cannot have reused them; a record completed again meanwhile has a new row id
-            // and stays.
+            // Answers how many records went and the prune floor's makings: the earliest
+            // completion left at or after the cutoff, and the database clock. It runs in the
+            // partition's transaction (its row locked), so no record of the partition is
+            // completed meanwhile. The store calls it only when a record may be older than the
+            // cutoff (see `PruneFloors`): a plan made while `done` looked empty may walk the
+            // partition's records, which a look during a burst must not pay for.
             prune_done: s(
-                "WITH doomed AS MATERIALIZED (SELECT ctid FROM {schema}.done \
+                "WITH doomed AS MATERIALIZED (SELECT id FROM {schema}.done \
                  WHERE queue = $1 AND idx = $2 AND completed_ms < $3 \
-                 ORDER BY completed_ms, id LIMIT $4) \
-                 DELETE FROM {schema}.done d WHERE d.ctid = ANY (ARRAY(SELECT ctid FROM doomed))",
+                 ORDER BY completed_ms, id LIMIT $4), \
+                 gone AS (DELETE FROM {schema}.done d WHERE d.queue = $1 AND d.idx = $2 \
+                 AND d.id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM gone)::int8, \
+                 (SELECT min(completed_ms) FROM {schema}.done \
+                 WHERE queue = $1 AND idx = $2 AND completed_ms >= $3), {now}",
             ),
 
             due_tasks: s(

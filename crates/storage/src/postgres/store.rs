@@ -602,12 +602,22 @@ impl TaskStore for PostgresStore {
         partition: &Partition,
         request: &LookRequest,
     ) -> StorageResult<LookReport> {
-        let request = request.clone();
-        self.in_partition("look", partition, move |part| {
-            let request = request.clone();
-            Box::pin(async move { part.look(&request).await })
-        })
-        .await
+        let mut request = request.clone();
+        if let Some(before) = request.prune_before_ms {
+            if !self.inner.prune_floors.may_prune(partition, before) {
+                request.prune_before_ms = None;
+            }
+        }
+        let (report, floor) = self
+            .in_partition("look", partition, move |part| {
+                let request = request.clone();
+                Box::pin(async move { part.look(&request).await })
+            })
+            .await?;
+        if let Some(floor) = floor {
+            self.inner.prune_floors.set(partition, floor);
+        }
+        Ok(report)
     }
 
     async fn ack(&self, token: &LeaseToken) -> StorageResult<AckOutcome> {
@@ -676,10 +686,18 @@ impl TaskStore for PostgresStore {
         older_than_ms: u64,
         limit: usize,
     ) -> StorageResult<u64> {
-        self.in_partition("prune_done", partition, move |part| {
-            Box::pin(async move { part.prune_done(older_than_ms, limit).await })
-        })
-        .await
+        if !self.inner.prune_floors.may_prune(partition, older_than_ms) {
+            return Ok(0);
+        }
+        let (pruned, floor) = self
+            .in_partition("prune_done", partition, move |part| {
+                Box::pin(async move { part.prune_done(older_than_ms, limit).await })
+            })
+            .await?;
+        if let Some(floor) = floor {
+            self.inner.prune_floors.set(partition, floor);
+        }
+        Ok(pruned)
     }
 
     async fn stats(&self, partition: &Partition, now_ms: u64) -> StorageResult<PartitionStats> {

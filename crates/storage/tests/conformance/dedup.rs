@@ -110,6 +110,31 @@ pub async fn prune_done_only_forgets_tasks_completed_before_the_cutoff(make: Mak
     );
 }
 
+/// A prune that found nothing does not hide what is older than the next cutoff: the
+/// PostgreSQL store skips prunes that cannot find anything, from the earliest completion
+/// left (not from its clock at the prune, which is later than that completion here).
+pub async fn a_prune_that_found_nothing_does_not_hide_a_record_older_than_the_next_cutoff(
+    make: Make,
+) {
+    let (store, p) = setup(make).await;
+    complete(&store, &p, "first", T0).await;
+    let first_ms = get(&store, &p, "first")
+        .await
+        .state_since_ms
+        .expect("completion time");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(store.prune_done(&p, T0, 100).await.expect("prune_done"), 0);
+    assert_eq!(
+        store
+            .prune_done(&p, first_ms + 1, 100)
+            .await
+            .expect("prune_done"),
+        1,
+        "the record completed at {first_ms} is older than the cutoff"
+    );
+    assert_eq!(store.get(&p, &id("first")).await.expect("get"), None);
+}
+
 pub async fn prune_done_respects_the_limit(make: Make) {
     let (store, p) = setup(make).await;
     for n in 0..5 {

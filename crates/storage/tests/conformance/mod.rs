@@ -409,6 +409,7 @@ macro_rules! conformance_suite {
                 after_prune_done_the_same_due_is_no_longer_duplicate,
                 prune_done_only_forgets_tasks_completed_before_the_cutoff,
                 prune_done_respects_the_limit,
+                a_prune_that_found_nothing_does_not_hide_a_record_older_than_the_next_cutoff,
                 dedup_ends_after_the_executed_retention,
                 requeued_task_dedups_on_the_due_it_was_scheduled_with,
                 retried_task_dedups_on_the_due_it_was_scheduled_with,
