@@ -3,8 +3,8 @@
 //! # Why
 //! A full look prunes its partition's done records older than the retention. During a burst
 //! nothing is that old, yet every look sent the prune, and its plan, made while `done` looked
-//! empty, walked the partition's records: 8 ms a look, ~40 µs of server CPU per fired task in
-//! a burst of 100,000 (BENCHMARKS.md).
+//! empty, walked the partition's records: 4–24 ms a look, ~500 looks in a burst of 100,000
+//! (BENCHMARKS.md, "Update 2026-12-07"; the burst's rate did not move without them).
 //!
 //! # How
 //! A prune that removed every record older than its cutoff reports the partition's *floor*:

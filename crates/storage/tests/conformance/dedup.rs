@@ -76,21 +76,22 @@ pub async fn after_prune_done_the_same_due_is_no_longer_duplicate(make: Make) {
     assert_eq!(claim_one(&store, &p, T0).await.id, id("a"));
 }
 
-pub async fn prune_done_only_forgets_tasks_completed_before_the_cutoff(make: Make) {
-    let (store, p) = setup(make).await;
-    complete(&store, &p, "first", T0).await;
-    let first_ms = get(&store, &p, "first")
+/// Completes `name` (due at `T0`) and returns its completion stamp, from the store's clock.
+async fn complete_stamped(store: &Subject, p: &Partition, name: &str) -> u64 {
+    complete(store, p, name, T0).await;
+    get(store, p, name)
         .await
         .state_since_ms
-        .expect("completion time");
+        .expect("completion time")
+}
+
+pub async fn prune_done_only_forgets_tasks_completed_before_the_cutoff(make: Make) {
+    let (store, p) = setup(make).await;
+    let first_ms = complete_stamped(&store, &p, "first").await;
     // Completion stamps come from the store's clock; T0 lies before any of them.
     assert_eq!(store.prune_done(&p, T0, 100).await.expect("prune_done"), 0);
     tokio::time::sleep(Duration::from_millis(5)).await;
-    complete(&store, &p, "second", T0).await;
-    let second_ms = get(&store, &p, "second")
-        .await
-        .state_since_ms
-        .expect("completion time");
+    let second_ms = complete_stamped(&store, &p, "second").await;
     assert!(
         second_ms > first_ms,
         "the store's clock advanced: {first_ms} then {second_ms}"
@@ -117,11 +118,7 @@ pub async fn a_prune_that_found_nothing_does_not_hide_a_record_older_than_the_ne
     make: Make,
 ) {
     let (store, p) = setup(make).await;
-    complete(&store, &p, "first", T0).await;
-    let first_ms = get(&store, &p, "first")
-        .await
-        .state_since_ms
-        .expect("completion time");
+    let first_ms = complete_stamped(&store, &p, "first").await;
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(store.prune_done(&p, T0, 100).await.expect("prune_done"), 0);
     assert_eq!(
