@@ -215,3 +215,91 @@ async fn light_looks_of_many_partitions_share_one_statement() {
         Some(T0 + 2)
     );
 }
+
+/// A full look at a busy partition (tasks pending in its window, others in flight) that finds
+/// nothing to change is one statement outside a transaction, once its prune floor says no done
+/// record is old enough; a look that finds a lease run out still puts its task back (in the
+/// partition's transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_look_with_nothing_to_change_is_one_statement() {
+    use delayq_storage::LookRequest;
+    let server = PostgresServer::start();
+    let store = PostgresStore::connect(PostgresStoreOptions::new(server.url()))
+        .await
+        .expect("connect");
+    let queue = QueueName::new("busy").expect("valid queue");
+    store.register_queue(&queue, 1).await.expect("register");
+    let partition = Partition::new(queue, 0);
+    let items = (0..100)
+        .map(|n| {
+            let task = NewTask {
+                id: TaskId::new(format!("t-{n:03}")).expect("valid id"),
+                due_ms: T0 + n,
+                payload: Default::default(),
+                traceparent: None,
+            };
+            (partition.clone(), task)
+        })
+        .collect();
+    store
+        .schedule_many(items, ScheduleMode::Upsert)
+        .await
+        .expect("schedule_many");
+    let lease = T0 + 60_000;
+    let claimed = store
+        .claim_due(&partition, T0 + 9, 10, lease, "node-a")
+        .await
+        .expect("claim");
+    assert_eq!(claimed.tasks.len(), 10);
+    let look = |now_ms: u64| LookRequest {
+        now_ms,
+        window_end_ms: now_ms + 5_000,
+        window_limit: 50,
+        requeue_limit: 100,
+        prune_before_ms: Some(T0 - 1),
+        prune_limit: 100,
+    };
+    // The first look prunes (this store knows no floor yet) and learns the floor.
+    let first = store
+        .look(&partition, &look(T0 + 1_000))
+        .await
+        .expect("look");
+    assert!(first.requeued.is_empty());
+
+    let statements = "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s \
+                      JOIN pg_roles r ON r.oid = s.userid WHERE r.rolname = 'delayq'";
+    server
+        .psql("SELECT pg_stat_statements_reset()")
+        .expect("reset the counters");
+    let before = counter(&server, statements);
+    let report = store
+        .look(&partition, &look(T0 + 1_000))
+        .await
+        .expect("look");
+    assert_eq!(counter(&server, statements) - before, 1.0, "one statement");
+    assert_eq!(
+        report, first,
+        "the same answer as the look in a transaction"
+    );
+    assert_eq!(report.window.len(), 50);
+    assert_eq!(report.window[0].0.as_str(), "t-010");
+    assert_eq!(report.next_due_after_window_ms, None, "the window is full");
+    assert_eq!(report.earliest_lease_deadline_ms, Some(lease));
+
+    // A short window reports the next due after it.
+    let short = LookRequest {
+        window_end_ms: T0 + 19,
+        ..look(T0 + 1_000)
+    };
+    let report = store.look(&partition, &short).await.expect("look");
+    assert_eq!(report.window.len(), 10);
+    assert_eq!(report.next_due_after_window_ms, Some(T0 + 20));
+
+    // Past the lease: the claimed ten are put back.
+    let report = store
+        .look(&partition, &look(lease + 1))
+        .await
+        .expect("look");
+    assert_eq!(report.requeued.len(), 10, "{report:?}");
+    assert_eq!(report.earliest_lease_deadline_ms, None);
+}

@@ -34,6 +34,7 @@
 mod claim;
 mod heads;
 mod in_tx;
+mod look;
 mod partition;
 mod prune_floor;
 mod recurring;

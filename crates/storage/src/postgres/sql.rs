@@ -91,6 +91,12 @@ pub(crate) struct Sql {
     /// Up to `$4` leases (tasks and superseded claims) that ran out before `$3`, in
     /// (deadline, id) order: id, deadline, superseded.
     pub expired_leases: String,
+    /// A full look that finds nothing to change, in one read without the partition's lock
+    /// (`look.rs`). `$3 now_ms, $4 window end, $5 window limit` → one row per window entry
+    /// (or one with none): the queue's registered partitions, whether the partition's row
+    /// exists, whether a lease ran out before `least($3, database clock)`, the earliest
+    /// pending time after `$4`, the earliest lease deadline, then the entry's id and at_ms.
+    pub look_at_once: String,
 
     /// Counts: pending, due_now (at or before `$3`), inflight, dead, done.
     pub stats: String,
@@ -372,6 +378,26 @@ impl Sql {
                  UNION ALL SELECT id, lease_deadline_ms, true FROM {schema}.superseded \
                  WHERE queue = $1 AND idx = $2 AND lease_deadline_ms < $3 \
                  ORDER BY 2, 1 LIMIT $4",
+            ),
+            look_at_once: s(
+                "WITH c AS MATERIALIZED (SELECT least($3::int8, {now}) AS now_ms, \
+                 (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1) AS partitions, \
+                 EXISTS (SELECT 1 FROM {schema}.partitions p WHERE p.queue = $1 AND p.idx = $2) \
+                 AS present), \
+                 w AS MATERIALIZED (SELECT t.id, t.at_ms FROM {schema}.tasks t \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.state = 'pending' AND t.at_ms <= $4::int8 \
+                 ORDER BY t.at_ms, t.id LIMIT $5) \
+                 SELECT c.partitions, c.present, \
+                 EXISTS (SELECT 1 FROM {schema}.tasks x WHERE x.queue = $1 AND x.idx = $2 \
+                 AND x.state = 'inflight' AND x.at_ms < c.now_ms) \
+                 OR EXISTS (SELECT 1 FROM {schema}.superseded y WHERE y.queue = $1 AND y.idx = $2 \
+                 AND y.lease_deadline_ms < c.now_ms), \
+                 (SELECT min(n.at_ms) FROM {schema}.tasks n WHERE n.queue = $1 AND n.idx = $2 \
+                 AND n.state = 'pending' AND n.at_ms > $4::int8), \
+                 least((SELECT min(f.at_ms) FROM {schema}.tasks f WHERE f.queue = $1 AND f.idx = $2 \
+                 AND f.state = 'inflight'), (SELECT min(g.lease_deadline_ms) FROM {schema}.superseded g \
+                 WHERE g.queue = $1 AND g.idx = $2)), \
+                 w.id, w.at_ms FROM c LEFT JOIN w ON true ORDER BY w.at_ms, w.id",
             ),
 
             stats: s(
