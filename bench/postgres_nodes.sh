@@ -22,7 +22,8 @@
 # Environment: N_SPREAD (default 6000), SPREAD_S (60), IDLE_QUEUES (50), IDLE_S (60),
 # LEAD_S (90: the burst is due that long after its load starts; `schedule --from` of 100,000
 # took over 30 s on the shared machine), SCENARIOS (default "burst spread idle"),
-# QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g. 'concurrency: 512'), PG_BIN (default:
+# STATEMENT_DETAIL=1 (burst: also every statement's total time, buffers, WAL records and
+# full-page images per call), QUEUE_DEFAULTS (inside of a YAML flow mapping, e.g. 'concurrency: 512'), PG_BIN (default:
 # the newest /usr/lib/postgresql/*/bin), KEEP=1.
 set -euo pipefail
 BIN=$(readlink -f "$1"); P=$2; N=${3:-100000}
@@ -165,6 +166,17 @@ if "burst" in SCENARIOS:
     sampler.join()
     n1, c1, (x1, s1) = node_cpu(), postgres_cpu(), counters()
     top, other = top_statements(), top_statements(other=True)
+    detail = []
+    if os.environ.get("STATEMENT_DETAIL"):
+        # Where the server's time went: every statement by total time, with its buffers and
+        # WAL records per call.
+        detail = [r.split("|", 6) for r in psql(
+            "SELECT calls, round(total_exec_time::numeric), "
+            "round((shared_blks_hit + shared_blks_read)::numeric / calls, 1), "
+            "round(shared_blks_dirtied::numeric / calls, 2), round(wal_records::numeric / calls, 1), "
+            "round(wal_fpi::numeric / calls, 2), left(regexp_replace(query, '\\s+', ' ', 'g'), 70) "
+            "FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_%' "
+            "ORDER BY total_exec_time DESC LIMIT 8").splitlines()]
     burst = [f for f in fires() if f["queue"] == "burst"]
     last = max(f["fired_ms"] for f in burst)
     print(json.dumps({"scenario": "burst", "tasks": N, "deliveries": len(burst),
@@ -175,7 +187,8 @@ if "burst" in SCENARIOS:
                       "transactions_per_task": round((x1 - x0) / N, 3),
                       "connection_samples": dict(sorted(waits.items(), key=lambda kv: -kv[1])),
                       "top_statements": top,
-                      "other_statements": other}), flush=True)
+                      "other_statements": other,
+                      **({"statement_detail": detail} if detail else {})}), flush=True)
     fired_before = len(fires())
 
 if "spread" in SCENARIOS:

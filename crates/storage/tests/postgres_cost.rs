@@ -271,12 +271,22 @@ async fn a_busy_look_with_nothing_to_change_is_one_statement() {
     server
         .psql("SELECT pg_stat_statements_reset()")
         .expect("reset the counters");
-    let before = counter(&server, statements);
+    let buffers = "SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0) \
+                   FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid \
+                   WHERE r.rolname = 'delayq'";
+    let (before, buffers_before) = (counter(&server, statements), counter(&server, buffers));
     let report = store
         .look(&partition, &look(T0 + 1_000))
         .await
         .expect("look");
     assert_eq!(counter(&server, statements) - before, 1.0, "one statement");
+    // Its scalars are read once, not once per window entry (which read ~4 buffers each).
+    let read = counter(&server, buffers) - buffers_before;
+    eprintln!("{read} buffers for a look of a 50-entry window");
+    assert!(
+        read < 100.0,
+        "{read} buffers for a look of a 50-entry window"
+    );
     assert_eq!(
         report, first,
         "the same answer as the look in a transaction"

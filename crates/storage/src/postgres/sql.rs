@@ -379,25 +379,28 @@ impl Sql {
                  WHERE queue = $1 AND idx = $2 AND lease_deadline_ms < $3 \
                  ORDER BY 2, 1 LIMIT $4",
             ),
+            // The scalars are a CTE of their own, read once: in the select list beside the
+            // window they were subplans run once per window row (4 buffers each).
             look_at_once: s(
                 "WITH c AS MATERIALIZED (SELECT least($3::int8, {now}) AS now_ms, \
                  (SELECT q.partitions FROM {schema}.queues q WHERE q.queue = $1) AS partitions, \
                  EXISTS (SELECT 1 FROM {schema}.partitions p WHERE p.queue = $1 AND p.idx = $2) \
                  AS present), \
-                 w AS MATERIALIZED (SELECT t.id, t.at_ms FROM {schema}.tasks t \
-                 WHERE t.queue = $1 AND t.idx = $2 AND t.state = 'pending' AND t.at_ms <= $4::int8 \
-                 ORDER BY t.at_ms, t.id LIMIT $5) \
-                 SELECT c.partitions, c.present, \
+                 s AS MATERIALIZED (SELECT c.partitions, c.present, \
                  EXISTS (SELECT 1 FROM {schema}.tasks x WHERE x.queue = $1 AND x.idx = $2 \
                  AND x.state = 'inflight' AND x.at_ms < c.now_ms) \
                  OR EXISTS (SELECT 1 FROM {schema}.superseded y WHERE y.queue = $1 AND y.idx = $2 \
-                 AND y.lease_deadline_ms < c.now_ms), \
+                 AND y.lease_deadline_ms < c.now_ms) AS expired, \
                  (SELECT min(n.at_ms) FROM {schema}.tasks n WHERE n.queue = $1 AND n.idx = $2 \
-                 AND n.state = 'pending' AND n.at_ms > $4::int8), \
+                 AND n.state = 'pending' AND n.at_ms > $4::int8) AS next_after, \
                  least((SELECT min(f.at_ms) FROM {schema}.tasks f WHERE f.queue = $1 AND f.idx = $2 \
                  AND f.state = 'inflight'), (SELECT min(g.lease_deadline_ms) FROM {schema}.superseded g \
-                 WHERE g.queue = $1 AND g.idx = $2)), \
-                 w.id, w.at_ms FROM c LEFT JOIN w ON true ORDER BY w.at_ms, w.id",
+                 WHERE g.queue = $1 AND g.idx = $2)) AS earliest FROM c), \
+                 w AS MATERIALIZED (SELECT t.id, t.at_ms FROM {schema}.tasks t \
+                 WHERE t.queue = $1 AND t.idx = $2 AND t.state = 'pending' AND t.at_ms <= $4::int8 \
+                 ORDER BY t.at_ms, t.id LIMIT $5) \
+                 SELECT s.partitions, s.present, s.expired, s.next_after, s.earliest, w.id, w.at_ms \
+                 FROM s LEFT JOIN w ON true ORDER BY w.at_ms, w.id",
             ),
 
             stats: s(
