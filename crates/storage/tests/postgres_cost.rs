@@ -24,6 +24,32 @@ fn counter(server: &PostgresServer, sql: &str) -> f64 {
         .unwrap_or_else(|error| panic!("{sql}: {error}"))
 }
 
+/// Schedules tasks `t-000`, `t-001`, ... (`count` of them) into `partition`, task `n` due at
+/// `due_of(n)` with `payload`, in one `schedule_many`.
+async fn schedule_tasks(
+    store: &PostgresStore,
+    partition: &Partition,
+    count: u64,
+    due_of: impl Fn(u64) -> u64,
+    payload: &str,
+) {
+    let items = (0..count)
+        .map(|n| {
+            let task = NewTask {
+                id: TaskId::new(format!("t-{n:03}")).expect("valid id"),
+                due_ms: due_of(n),
+                payload: payload.to_owned().into(),
+                traceparent: None,
+            };
+            (partition.clone(), task)
+        })
+        .collect();
+    store
+        .schedule_many(items, ScheduleMode::Upsert)
+        .await
+        .expect("schedule_many");
+}
+
 /// Statements and transactions per fired task: `TASKS` due tasks, claimed `CLAIM` at a time,
 /// each claim's acks sent one after the other or all at once.
 async fn cost_of_firing(concurrent_acks: bool) -> (f64, f64) {
@@ -38,21 +64,7 @@ async fn cost_of_firing(concurrent_acks: bool) -> (f64, f64) {
     let queue = QueueName::new("cost").expect("valid queue");
     store.register_queue(&queue, 1).await.expect("register");
     let partition = Partition::new(queue, 0);
-    let items = (0..TASKS)
-        .map(|n| {
-            let task = NewTask {
-                id: TaskId::new(format!("t-{n}")).expect("valid id"),
-                due_ms: T0,
-                payload: "x".repeat(50).into(),
-                traceparent: None,
-            };
-            (partition.clone(), task)
-        })
-        .collect();
-    store
-        .schedule_many(items, ScheduleMode::Upsert)
-        .await
-        .expect("schedule_many");
+    schedule_tasks(&store, &partition, TASKS as u64, |_| T0, &"x".repeat(50)).await;
 
     let statements = "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s \
                       JOIN pg_roles r ON r.oid = s.userid WHERE r.rolname = 'delayq'";
@@ -126,7 +138,7 @@ async fn concurrent_acks_share_statements() {
 }
 
 /// Every statement the stores ran so far (the harness's psql runs as `postgres`).
-fn head_reads(server: &PostgresServer) -> f64 {
+fn delayq_statements(server: &PostgresServer) -> f64 {
     counter(
         server,
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_roles r \
@@ -168,14 +180,14 @@ async fn light_looks_of_many_partitions_share_one_statement() {
     for partition in &partitions {
         store.pending_head(partition).await.expect("head");
     }
-    let before = head_reads(&server);
+    let before = delayq_statements(&server);
     let started = std::time::Instant::now();
     for _round in 0..5 {
         for (n, partition) in partitions.iter().enumerate() {
             assert_eq!(store.pending_head(partition).await.expect("head"), truth(n));
         }
     }
-    let reads = head_reads(&server) - before;
+    let reads = delayq_statements(&server) - before;
     let bound = 1.0 + (started.elapsed().as_secs_f64() / HEAD_VIEW_MAX_AGE.as_secs_f64()).ceil();
     assert!(
         reads <= bound,
@@ -230,21 +242,7 @@ async fn a_busy_look_with_nothing_to_change_is_one_statement() {
     let queue = QueueName::new("busy").expect("valid queue");
     store.register_queue(&queue, 1).await.expect("register");
     let partition = Partition::new(queue, 0);
-    let items = (0..100)
-        .map(|n| {
-            let task = NewTask {
-                id: TaskId::new(format!("t-{n:03}")).expect("valid id"),
-                due_ms: T0 + n,
-                payload: Default::default(),
-                traceparent: None,
-            };
-            (partition.clone(), task)
-        })
-        .collect();
-    store
-        .schedule_many(items, ScheduleMode::Upsert)
-        .await
-        .expect("schedule_many");
+    schedule_tasks(&store, &partition, 100, |n| T0 + n, "").await;
     let lease = T0 + 60_000;
     let claimed = store
         .claim_due(&partition, T0 + 9, 10, lease, "node-a")
@@ -266,20 +264,18 @@ async fn a_busy_look_with_nothing_to_change_is_one_statement() {
         .expect("look");
     assert!(first.requeued.is_empty());
 
-    let statements = "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s \
-                      JOIN pg_roles r ON r.oid = s.userid WHERE r.rolname = 'delayq'";
     server
         .psql("SELECT pg_stat_statements_reset()")
         .expect("reset the counters");
     let buffers = "SELECT coalesce(sum(shared_blks_hit + shared_blks_read), 0) \
                    FROM pg_stat_statements s JOIN pg_roles r ON r.oid = s.userid \
                    WHERE r.rolname = 'delayq'";
-    let (before, buffers_before) = (counter(&server, statements), counter(&server, buffers));
+    let (before, buffers_before) = (delayq_statements(&server), counter(&server, buffers));
     let report = store
         .look(&partition, &look(T0 + 1_000))
         .await
         .expect("look");
-    assert_eq!(counter(&server, statements) - before, 1.0, "one statement");
+    assert_eq!(delayq_statements(&server) - before, 1.0, "one statement");
     // Its scalars are read once, not once per window entry (which read ~4 buffers each).
     let read = counter(&server, buffers) - buffers_before;
     eprintln!("{read} buffers for a look of a 50-entry window");
